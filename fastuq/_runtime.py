@@ -1,0 +1,103 @@
+"""How fastuq runs its JAX kernels: dtype scoping, CPU devices, bucketed batch sizes.
+
+JAX is imported lazily, only by the functions that need it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+
+import numpy as np
+
+__all__ = ["bucket_size", "use_cpu_devices", "x64_scope"]
+
+#: Smallest padded batch: below this, padding costs nothing worth saving.
+MIN_BUCKET = 1024
+
+
+def bucket_size(n: int, chunk_size: int) -> int:
+    """The padded batch size for ``n`` trajectories: the next power of two, at least
+    ``MIN_BUCKET`` and at most ``chunk_size`` (a multiple of the device count)."""
+    if n >= chunk_size:
+        return chunk_size
+    return max(MIN_BUCKET, 1 << max(0, int(n - 1).bit_length()))
+
+
+def use_cpu_devices(n: int | None = None) -> int:
+    """Split the host CPU into ``n`` XLA devices (default: one per core), so that fastuq's
+    kernels shard each batch across them and use every core.
+
+    XLA's CPU backend runs one fused loop on one thread; with several host devices and the
+    batch sharded across them, each device runs on its own core. This must be called before
+    JAX creates its CPU backend (before the first JAX computation in the process); it is the
+    same as setting ``XLA_FLAGS=--xla_force_host_platform_device_count=n`` or
+    ``jax.config.update("jax_num_cpu_devices", n)`` yourself.
+
+    Returns:
+      the number of CPU devices JAX will use.
+
+    Raises:
+      RuntimeError: JAX's backend already exists with a different device count.
+    """
+    n = int(n or os.cpu_count() or 1)
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    import jax
+
+    try:
+        jax.config.update("jax_num_cpu_devices", n)
+    except RuntimeError as exc:  # backend already initialised
+        have = len(jax.devices("cpu"))
+        if have != n:
+            raise RuntimeError(
+                f"JAX's CPU backend is already running with {have} device(s); call "
+                "fastuq.use_cpu_devices before any JAX computation"
+            ) from exc
+    return n
+
+
+@contextlib.contextmanager
+def x64_scope(dtype: np.dtype) -> Iterator[None]:
+    """Enable JAX 64-bit types inside the block when ``dtype`` is float64, and only there;
+    the caller's global JAX configuration is untouched."""
+    if np.dtype(dtype) == np.float64:
+        import jax
+
+        with jax.enable_x64(True):
+            yield
+    else:
+        yield
+
+
+def batch_sharding(n_padded: int, ndim: int, axis: int):
+    """A sharding that splits the batch axis over all local devices of the default backend,
+    or ``None`` when there is one device or the batch does not divide evenly."""
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    devices = jax.local_devices()
+    if len(devices) < 2 or n_padded % len(devices):
+        return None
+    mesh = _mesh(tuple(devices))
+    spec = [None] * ndim
+    spec[axis] = "batch"
+    return NamedSharding(mesh, PartitionSpec(*spec))
+
+
+_MESHES: dict = {}
+
+
+def _mesh(devices: tuple):
+    if devices not in _MESHES:
+        from jax.sharding import Mesh
+
+        _MESHES[devices] = Mesh(np.array(devices), ("batch",))
+    return _MESHES[devices]
+
+
+def jax_imported() -> bool:
+    """Whether JAX has been imported in this process (for tests of import cost)."""
+    return "jax" in sys.modules

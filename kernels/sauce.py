@@ -1,0 +1,210 @@
+"""SAUCE: a scalar lambda-Kalman filter over per-round agreement and token entropy.
+
+Two implementations of the same numbers, side by side:
+
+* :func:`sauce_scan` -- the jitted JAX kernel, a ``lax.scan`` over rounds of padded,
+  time-major arrays ``[T, N]`` (rounds x trajectories).
+* :func:`sauce_scan_numpy` -- its NumPy twin, the plainest loop over rounds.
+
+For every trajectory ``n`` and executed round ``t`` (``round_mask[t, n]`` true)::
+
+    R_t     = max(token_entropy[t, n], ENTROPY_FLOOR)
+    mu_pred = lam * mu
+    P       = lam**2 * sigma2 + q                      (predicted variance)
+    S_t     = P + R_t + GAIN_EPS                       (innovation variance, gain denominator)
+    K_t     = P / S_t                                  (gain)
+    nu_t    = agreement[t, n] - mu_pred                (innovation)
+    mu      = mu_pred + K_t * nu_t
+    sigma2  = max((1 - K_t) * P, VARIANCE_FLOOR)
+
+starting from ``(mu, sigma2) = (mu_0, sigma2_0)``. A masked round leaves the filter
+untouched and does not enter any mean. The uncertainty score is
+``-mean_t mu_t`` over executed rounds (higher = less likely correct).
+
+Inputs are taken as they are (no validation, no flooring of the agreement): the public
+entry points in ``fastuq`` validate. Values in masked slots may be anything, NaN included.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+ENTROPY_FLOOR = 1e-8
+GAIN_EPS = 1e-8
+VARIANCE_FLOOR = 1e-15
+
+#: Names of the per-trajectory outputs, in order, of both implementations.
+SUMMARY_FIELDS = ("score", "final_mu", "final_sigma2", "avg_mu", "avg_sigma2", "n_rounds")
+#: Names of the per-round trace outputs ``[T, N]`` (NaN in masked rounds).
+TRACE_FIELDS = ("mu", "sigma2", "K_t", "S_t", "nu_t")
+
+
+class SauceParams(NamedTuple):
+    """Filter parameters; each a scalar or an array that broadcasts against ``[N]``.
+
+    lam:      forgetting factor in [0, 1]; ``mu_pred = lam * mu``, ``P = lam**2 sigma2 + q``.
+    q:        process noise >= 0, added to the predicted variance each round.
+    sigma2_0: prior variance > 0 before round 0.
+    mu_0:     prior mean before round 0.
+    """
+
+    lam: jax.Array | np.ndarray | float
+    q: jax.Array | np.ndarray | float
+    sigma2_0: jax.Array | np.ndarray | float
+    mu_0: jax.Array | np.ndarray | float
+
+
+def _step(params: SauceParams, carry, inputs):
+    """One round for all trajectories: ``carry`` = (mu, sigma2, sum_mu, sum_sigma2, count)."""
+    mu, sigma2, sum_mu, sum_s2, count = carry
+    m_t, h_t, valid = inputs
+    r_t = jnp.maximum(h_t, ENTROPY_FLOOR)
+    mu_pred = params.lam * mu
+    p_minus = params.lam * params.lam * sigma2 + params.q
+    s_t = p_minus + r_t + GAIN_EPS
+    k_t = p_minus / s_t
+    nu_t = m_t - mu_pred
+    mu_new = mu_pred + k_t * nu_t
+    s2_new = jnp.maximum((1.0 - k_t) * p_minus, VARIANCE_FLOOR)
+    mu = jnp.where(valid, mu_new, mu)
+    sigma2 = jnp.where(valid, s2_new, sigma2)
+    zero = jnp.zeros_like(mu_new)
+    carry = (
+        mu,
+        sigma2,
+        sum_mu + jnp.where(valid, mu_new, zero),
+        sum_s2 + jnp.where(valid, s2_new, zero),
+        count + valid.astype(count.dtype),
+    )
+    return carry, (mu_new, s2_new, k_t, s_t, nu_t)
+
+
+def _step_summary(params: SauceParams, carry, inputs):
+    """:func:`_step` without per-round outputs (so no ``[T, N]`` trace is written)."""
+    return _step(params, carry, inputs)[0], None
+
+
+def _summaries(carry):
+    mu, sigma2, sum_mu, sum_s2, count = carry
+    avg_mu = sum_mu / count
+    return {
+        "score": -avg_mu,
+        "final_mu": mu,
+        "final_sigma2": sigma2,
+        "avg_mu": avg_mu,
+        "avg_sigma2": sum_s2 / count,
+        "n_rounds": count,
+    }
+
+
+def _default_unroll(t_max: int) -> int | bool:
+    # Fully unrolled, the rounds fuse into one pass over the batch (measured 4x faster than a
+    # rolled loop at T = 3 on CPU); long debates keep a rolled loop to bound compile time.
+    return True if t_max <= 64 else 8
+
+
+def _select(result: dict, fields: tuple[str, ...]) -> dict:
+    unknown = set(fields) - set(SUMMARY_FIELDS) - set(TRACE_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown SAUCE output fields {sorted(unknown)}")
+    return {name: result[name] for name in fields}
+
+
+@partial(jax.jit, static_argnames=("fields", "unroll"))
+def sauce_scan(
+    agreement: jax.Array,
+    token_entropy: jax.Array,
+    round_mask: jax.Array,
+    params: SauceParams,
+    *,
+    fields: tuple[str, ...] = ("score",),
+    unroll: int | bool | None = None,
+) -> dict[str, jax.Array]:
+    """SAUCE over a padded batch, jitted.
+
+    Args:
+      agreement: ``[T, N]`` float, majority margin M_t in [0, 1] per round.
+      token_entropy: ``[T, N]`` float, mean token entropy (nats) per round, >= 0.
+      round_mask: ``[T, N]`` bool, true where the round executed.
+      params: :class:`SauceParams`, each leaf a scalar or broadcastable to ``[N]``.
+      fields: which outputs to compute (static): names from ``SUMMARY_FIELDS`` (``[N]``)
+        and ``TRACE_FIELDS`` (``[T, N]``, NaN where the round is masked). Only what is asked
+        for is written, which matters at memory bandwidth.
+      unroll: ``lax.scan`` unroll factor; ``None`` picks full unrolling for ``T <= 64``.
+        A compile-time choice only: the numbers are the same.
+
+    Returns:
+      dict name -> array in the input float dtype. ``n_rounds`` counts executed rounds;
+      ``score`` and the means are NaN for a trajectory without executed rounds.
+    """
+    dtype = agreement.dtype
+    t_max, n = agreement.shape
+    params = SauceParams(*(jnp.asarray(p, dtype) for p in params))
+    zero = jnp.zeros((n,), dtype)
+    init = (zero + params.mu_0, zero + params.sigma2_0, zero, zero, zero)
+    with_trace = any(name in TRACE_FIELDS for name in fields)
+    carry, outs = lax.scan(
+        partial(_step if with_trace else _step_summary, params),
+        init,
+        (agreement, token_entropy.astype(dtype), round_mask),
+        unroll=_default_unroll(t_max) if unroll is None else unroll,
+    )
+    result = _summaries(carry)
+    if with_trace:
+        nan = jnp.asarray(jnp.nan, dtype)
+        for name, value in zip(TRACE_FIELDS, outs, strict=True):
+            result[name] = jnp.where(round_mask, value, nan)
+    return _select(result, fields)
+
+
+def sauce_scan_numpy(
+    agreement: np.ndarray,
+    token_entropy: np.ndarray,
+    round_mask: np.ndarray,
+    params: SauceParams,
+    *,
+    fields: tuple[str, ...] = ("score",),
+) -> dict[str, np.ndarray]:
+    """NumPy twin of :func:`sauce_scan`: the same arguments, shapes and outputs."""
+    agreement = np.asarray(agreement)
+    dtype = agreement.dtype
+    token_entropy = np.asarray(token_entropy, dtype)
+    round_mask = np.asarray(round_mask, bool)
+    t_max, n = agreement.shape
+    lam, q, sigma2_0, mu_0 = (np.asarray(p, dtype) for p in params)
+    mu = np.zeros(n, dtype) + mu_0
+    sigma2 = np.zeros(n, dtype) + sigma2_0
+    sum_mu = np.zeros(n, dtype)
+    sum_s2 = np.zeros(n, dtype)
+    count = np.zeros(n, dtype)
+    with_trace = any(name in TRACE_FIELDS for name in fields)
+    trace = {name: np.full((t_max, n), np.nan, dtype) for name in TRACE_FIELDS if with_trace}
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        for t in range(t_max):
+            valid = round_mask[t]
+            r_t = np.maximum(token_entropy[t], dtype.type(ENTROPY_FLOOR))
+            mu_pred = lam * mu
+            p_minus = lam * lam * sigma2 + q
+            s_t = p_minus + r_t + dtype.type(GAIN_EPS)
+            k_t = p_minus / s_t
+            nu_t = agreement[t] - mu_pred
+            mu_new = mu_pred + k_t * nu_t
+            s2_new = np.maximum((1 - k_t) * p_minus, dtype.type(VARIANCE_FLOOR))
+            mu = np.where(valid, mu_new, mu)
+            sigma2 = np.where(valid, s2_new, sigma2)
+            sum_mu = sum_mu + np.where(valid, mu_new, 0)
+            sum_s2 = sum_s2 + np.where(valid, s2_new, 0)
+            count = count + valid
+            if with_trace:
+                outs = (mu_new, s2_new, k_t, s_t, nu_t)
+                for name, value in zip(TRACE_FIELDS, outs, strict=True):
+                    trace[name][t] = np.where(valid, value, np.nan)
+        result = _summaries((mu, sigma2, sum_mu, sum_s2, count))
+    result.update(trace)
+    return {k: np.asarray(v, dtype) for k, v in _select(result, fields).items()}
