@@ -9,8 +9,10 @@ from collections.abc import Sequence
 from itertools import chain
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
-__all__ = ["pack_offsets", "pack_ragged", "ragged_to_flat"]
+__all__ = ["pack_lists", "pack_nodes", "pack_offsets", "pack_ragged", "ragged_to_flat"]
 
 
 def pack_offsets(
@@ -72,3 +74,79 @@ def pack_ragged(
     """Pack Python sequences (one per trajectory) into ``([T, N] float64, round_mask [T, N])``."""
     flat, offsets = ragged_to_flat(rows)
     return pack_offsets(flat, offsets, t_max=t_max)
+
+
+def _lengths_offsets(col: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    lengths = pc.list_value_length(col).fill_null(0).to_numpy(zero_copy_only=False)
+    lengths = lengths.astype(np.int64, copy=False)
+    offsets = np.zeros(lengths.size + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return lengths, offsets
+
+
+def pack_lists(
+    col: pa.Array, *, dtype=np.float64, t_max: int | None = None, n_padded: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """An Arrow ``list<number>`` column (one list per trajectory, one value per executed
+    round) to ``([T, N] dtype, round_mask [T, N])``. A null list has no rounds; a null element
+    becomes NaN (and is reported by validation as a missing measurement)."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    _, offsets = _lengths_offsets(col)
+    values = pc.list_flatten(col).to_numpy(zero_copy_only=False)
+    return pack_offsets(values, offsets, dtype=dtype, t_max=t_max, n_padded=n_padded)
+
+
+def pack_nodes(
+    col: pa.Array,
+    *,
+    dtype=np.float64,
+    t_max: int | None = None,
+    n_agents: int | None = None,
+    n_padded: int | None = None,
+    fill: float = np.nan,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An Arrow ``list<list<number>>`` node column (``[round][agent]`` per trajectory) to
+    padded time-major arrays.
+
+    Args:
+      col: N trajectories; each a list of executed rounds, each round a list with one slot
+        per agent of the initial team (null where the agent did not speak).
+      t_max, n_agents, n_padded: sizes to allocate (defaults: the largest present, N).
+
+    Returns:
+      ``values [T, n_padded, A]``, ``node_mask [T, n_padded, A]`` (true where the slot holds a
+      value) and ``round_mask [T, n_padded]`` (true where the round executed).
+    """
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    n = len(col)
+    round_len, _ = _lengths_offsets(col)
+    rows = pc.list_flatten(col)  # one entry per executed (trajectory, round)
+    slot_len, slot_off = _lengths_offsets(rows)
+    flat = pc.list_flatten(rows)
+    longest_t = int(round_len.max()) if n else 0
+    longest_a = int(slot_len.max()) if len(slot_len) else 0
+    t_max = longest_t if t_max is None else int(t_max)
+    n_agents = longest_a if n_agents is None else int(n_agents)
+    n_padded = n if n_padded is None else int(n_padded)
+    if t_max < longest_t or n_agents < longest_a:
+        raise ValueError(
+            f"node column needs at least {longest_t} rounds x {longest_a} agents, "
+            f"got {t_max} x {n_agents}"
+        )
+    values = np.full((t_max, n_padded, n_agents), fill, dtype)
+    node_mask = np.zeros((t_max, n_padded, n_agents), bool)
+    round_mask = np.zeros((t_max, n_padded), bool)
+    round_mask[:, :n] = np.arange(t_max)[:, None] < round_len[None, :]
+    # Row r is round t_r of trajectory n_r; element e is slot k_e of row r_e.
+    n_r = np.repeat(np.arange(n), round_len)
+    t_r = np.arange(n_r.size) - np.repeat(np.cumsum(round_len) - round_len, round_len)
+    r_e = np.repeat(np.arange(n_r.size), slot_len)
+    k_e = np.arange(r_e.size) - np.repeat(slot_off[:-1], slot_len)
+    valid = flat.is_valid().to_numpy(zero_copy_only=False)
+    t_e, n_e = t_r[r_e], n_r[r_e]
+    values[t_e, n_e, k_e] = flat.to_numpy(zero_copy_only=False)
+    node_mask[t_e, n_e, k_e] = valid
+    values[~node_mask] = fill
+    return values, node_mask, round_mask

@@ -11,23 +11,12 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ._io import AtomicParquetWriter, SignalChunk, count_rows, iter_signal_chunks
-from ._pack import pack_offsets
+from ._pack import pack_lists
 from ._sauce import sauce_batch
 
-__all__ = ["ScoreReport", "list_to_padded", "score_file"]
-
-
-def list_to_padded(col: pa.Array, dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
-    """An Arrow ``list<float>`` column to ``([T, N] dtype, round_mask [T, N])``; a null list
-    has no rounds, a null element becomes NaN."""
-    lengths = pc.list_value_length(col).fill_null(0).to_numpy(zero_copy_only=False)
-    offsets = np.zeros(len(lengths) + 1, np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    values = pc.list_flatten(col).to_numpy(zero_copy_only=False)
-    return pack_offsets(values, offsets, dtype=dtype)
+__all__ = ["ScoreReport", "score_file"]
 
 
 class _Labels(Sequence):
@@ -63,8 +52,8 @@ class ScoreReport:
 
 
 def _score_chunk(chunk: SignalChunk, path: Path, *, protocol, params, dtype, backend) -> np.ndarray:
-    a, mask = list_to_padded(chunk.agreement, dtype)
-    h, mask_h = list_to_padded(chunk.token_entropy, dtype)
+    a, mask = pack_lists(chunk.agreement, dtype=dtype)
+    h, mask_h = pack_lists(chunk.token_entropy, dtype=dtype)
     labels = _Labels(chunk.ids, path, chunk.row0)
     if a.shape[0] != h.shape[0] or not np.array_equal(mask, mask_h):
         if a.shape[0] == h.shape[0]:
