@@ -1,15 +1,24 @@
-"""The ``fastuq`` command line. ``fastuq --help`` does not import JAX."""
+"""The ``fastuq`` command line. ``fastuq --help`` does not import JAX.
+
+Each subcommand lives in its own module ``fastuq._cli_<name>`` exposing
+``add_parser(subparsers) -> None`` and ``run(args) -> int``; modules must not import JAX at
+import time.
+"""
 
 from __future__ import annotations
 
 import argparse
-import os
+import importlib
 import sys
-import tempfile
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["main", "sample_corpus_path"]
+__all__ = ["COMMANDS", "main", "sample_corpus_path"]
+
+#: Subcommands, in the order ``--help`` lists them, and their modules.
+COMMANDS: dict[str, str] = {
+    "score": "fastuq._cli_score",
+}
 
 
 def sample_corpus_path() -> Path:
@@ -17,113 +26,22 @@ def sample_corpus_path() -> Path:
     return Path(str(resources.files("fastuq") / "data" / "sample.parquet"))
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser, every subcommand included."""
     parser = argparse.ArgumentParser(
         prog="fastuq",
         description="Score the uncertainty of multi-agent LLM reasoning over rollout corpora.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    sc = sub.add_parser(
-        "score",
-        help="score a corpus file (or the bundled sample) and write one row per trajectory",
-        description=(
-            "Score every trajectory of INPUT (Parquet, JSONL or JSONL.gz) and write "
-            "trajectory_id plus one float64 column per estimator to OUT (Parquet, written "
-            "atomically). Without INPUT, or with --sample, score the bundled sample corpus "
-            "and print a summary."
-        ),
-    )
-    sc.add_argument("input", nargs="?", help="corpus file; omit to score the bundled sample")
-    sc.add_argument("-o", "--output", help="output Parquet file (required with INPUT)")
-    sc.add_argument("--sample", action="store_true", help="score the bundled sample corpus")
-    sc.add_argument("--method", default="sauce", help="estimators, comma-separated (sauce)")
-    sc.add_argument("--protocol", help="preset for every record (default: each record's field)")
-    for name, text in (
-        ("lam", "forgetting factor in [0, 1]"),
-        ("q", "process noise >= 0"),
-        ("sigma2_0", "prior variance > 0"),
-        ("mu_0", "prior mean"),
-    ):
-        sc.add_argument(f"--{name.replace('_', '-')}", dest=name, type=float,
-                        help=f"SAUCE {text} (overrides the preset)")
-    sc.add_argument("--dtype", choices=("float64", "float32"), default="float64",
-                    help="kernel precision (default float64; output is float64)")
-    sc.add_argument("--backend", choices=("jax", "numpy"), default="jax")
-    sc.add_argument("--chunk-rows", type=int, default=1 << 18,
-                    help="records per chunk (bounds memory; default 262144)")
-    sc.add_argument("--cpu-devices", type=int, default=os.cpu_count() or 1,
-                    help="XLA host devices to split the CPU into (default: one per core)")
-    sc.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                    help="progress bar on stderr (default: when stderr is a terminal)")
+    for module in COMMANDS.values():
+        importlib.import_module(module).add_parser(sub)
     return parser
-
-
-def _summary(report, stream) -> None:
-    import numpy as np
-
-    scores = report.scores.get("sauce")
-    rate = report.n_rows / max(report.seconds, 1e-9)
-    protos = ", ".join(f"{k} {v:,}" for k, v in sorted(report.protocols.items()))
-    print(f"scored {report.n_rows:,} trajectories ({protos}) in {report.seconds:.2f} s "
-          f"({rate:,.0f} trajectories/s)", file=stream)
-    if scores is not None and len(scores):
-        q = np.quantile(scores, [0.0, 0.5, 1.0])
-        print(f"sauce uncertainty: min {q[0]:.4f}  median {q[1]:.4f}  max {q[2]:.4f}",
-              file=stream)
-    if report.correct is not None and scores is not None and len(scores):
-        labels = np.asarray(report.correct, bool)
-        print(f"accuracy {labels.mean():.4f}", end="", file=stream)
-        if 0 < labels.sum() < len(labels):
-            from sklearn.metrics import roc_auc_score
-
-            print(f"  AUROC(sauce) {roc_auc_score(labels, -scores):.4f}", end="", file=stream)
-        print(file=stream)
-    print(f"wrote {report.output}", file=stream)
-
-
-def _score(args: argparse.Namespace) -> int:
-    from ._runtime import use_cpu_devices
-    from ._score import ProgressBar, score_file
-
-    sample = args.sample or args.input is None
-    if not sample and not args.output:
-        print("fastuq score: -o/--output is required with INPUT", file=sys.stderr)
-        return 2
-    if args.backend == "jax":
-        use_cpu_devices(args.cpu_devices)
-    source = sample_corpus_path() if sample else Path(args.input)
-    methods = tuple(m.strip() for m in args.method.split(",") if m.strip())
-    bar = ProgressBar(args.progress)
-    with tempfile.TemporaryDirectory() as tmp:
-        output = Path(args.output) if args.output else Path(tmp) / "sample_scores.parquet"
-        try:
-            report = score_file(
-                source, output, methods=methods, protocol=args.protocol, lam=args.lam,
-                q=args.q, sigma2_0=args.sigma2_0, mu_0=args.mu_0, dtype=args.dtype,
-                backend=args.backend, chunk_rows=args.chunk_rows, progress=bar,
-                keep_scores=sample,
-            )
-        except (ValueError, FileNotFoundError) as exc:
-            bar.close()
-            print(f"fastuq score: error: {exc}", file=sys.stderr)
-            return 1
-        bar.close()
-        if sample:
-            if not args.output:
-                report.output = "(not kept; pass -o to keep the scores)"
-            _summary(report, sys.stdout)
-        else:
-            print(f"scored {report.n_rows:,} trajectories in {report.seconds:.2f} s -> "
-                  f"{report.output}", file=sys.stderr)
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``fastuq`` command; returns the exit status."""
-    args = _build_parser().parse_args(argv)
-    if args.command == "score":
-        return _score(args)
-    raise AssertionError(args.command)  # argparse rejects unknown commands
+    args = build_parser().parse_args(argv)
+    return importlib.import_module(COMMANDS[args.command]).run(args)
 
 
 if __name__ == "__main__":
