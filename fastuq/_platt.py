@@ -1,0 +1,205 @@
+"""Out-of-fold Platt scaling of many score columns, all columns and folds fitted at once.
+
+For score column ``c`` and fold ``f`` (``StratifiedKFold(n_folds, shuffle=True,
+random_state=seed)`` on the labels, so one split serves every column) the model is
+``P(correct | x) = sigmoid(w x + b)`` fitted on the other folds by minimising
+scikit-learn's ``LogisticRegression(C=C)`` objective on the raw score::
+
+    0.5 w**2 + C * sum_i logloss(y_i, w x_i + b)        (no penalty on b; C=None: none)
+
+Internally the score is standardised, ``z = (x - m_c) / d_c`` with ``m_c``, ``d_c`` the
+mean and standard deviation of the column (its value and 1 if it is constant), and the
+equivalent problem in ``(v, b') = (w d_c, b + w m_c)`` is solved::
+
+    sum_i logloss(y_i, v z_i + b') + 0.5 * lam_c * v**2,   lam_c = 1 / (C d_c**2)
+
+by Newton's method on the 2 parameters with a closed-form 2x2 solve per (fold, column), step
+halving where the objective would rise, and the sums over rows streamed in chunks of about
+:data:`CHUNK_ELEMENTS` (folds x rows x columns) elements. Probabilities of held-out rows
+use their own fold's parameters.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+__all__ = ["CHUNK_ELEMENTS", "PlattConvergenceWarning", "oof_platt", "stratified_folds"]
+
+#: Folds x rows x columns per streamed chunk (float64 temporaries of 2 MiB, cache-sized).
+CHUNK_ELEMENTS = 1 << 18
+_MAX_ITER = 60
+_STEP_TOL = 1e-11
+
+
+class PlattConvergenceWarning(UserWarning):
+    """Newton's method did not converge (for example, separable data with ``C=None``)."""
+
+
+def stratified_folds(labels: np.ndarray, n_folds: int, seed: int) -> np.ndarray:
+    """Fold index ``[N]`` int64 of each row's held-out fold, from scikit-learn's
+    ``StratifiedKFold(n_splits=n_folds, shuffle=True, random_state=seed)``."""
+    from sklearn.model_selection import StratifiedKFold
+
+    skf = StratifiedKFold(n_splits=n_folds, shuffle=True, random_state=seed)
+    fold = np.empty(labels.shape[0], np.int64)
+    for f, (_, test) in enumerate(skf.split(np.zeros((labels.shape[0], 1)), labels)):
+        fold[test] = f
+    return fold
+
+
+def _penalty(c: float | None, scale: np.ndarray) -> np.ndarray:
+    if c is None or np.isinf(c):
+        return np.zeros_like(scale)
+    if not c > 0:
+        raise ValueError(f"C must be positive (or None / inf for no penalty), got {c!r}")
+    return 1.0 / (c * scale * scale)
+
+
+def _standardised(x: np.ndarray, r0: int, rows: int, mean: np.ndarray, scale: np.ndarray):
+    """Standardised rows ``r0:r0+rows`` of ``x``, transposed: ``z [C, R]`` float64."""
+    z = np.array(x[r0 : r0 + rows].T, dtype=np.float64, order="C")
+    z -= mean[:, None]
+    z /= scale[:, None]
+    return z
+
+
+def _pass(x, train, mean, scale, v, b, *, rows):
+    """One streamed pass over the rows at parameters ``v, b [F, C]``.
+
+    Returns ``S [6, F, C]``: the training-row sums of ``softplus(t)``, ``q``, ``q z``,
+    ``w``, ``w z`` and ``w z**2`` with ``t = v z + b``, ``q = sigmoid(t)``,
+    ``w = q (1 - q)``, all from ``e = exp(-|t|)`` (SIMD exp/log1p, no overflow):
+    ``softplus(t) = max(t, 0) + log1p(e)``, ``q = exp(t - softplus(t))``,
+    ``w = e / (1 + e)**2``. Arrays are ``[F, C, R]`` (rows innermost); the masked sums
+    over rows are batched matrix-vector products with the training mask.
+    """
+    nf, nc = v.shape
+    sums = np.zeros((6, nf, nc, 1))
+    vb, bb = v[:, :, None], b[:, :, None]
+    for r0 in range(0, x.shape[0], rows):
+        z = _standardised(x, r0, rows, mean, scale)  # [C, R]
+        m = train[:, r0 : r0 + rows, None]  # [F, R, 1]
+        t = vb * z
+        t += bb  # [F, C, R]
+        e = np.abs(t)
+        np.negative(e, out=e)
+        np.exp(e, out=e)
+        sp = np.maximum(t, 0.0)
+        sp += np.log1p(e)
+        sums[0] += sp @ m
+        np.subtract(t, sp, out=t)
+        q = np.exp(t, out=t)  # sigmoid(t), accurate in both tails
+        sums[1] += q @ m
+        q *= z
+        sums[2] += q @ m
+        d = e + 1.0
+        e /= d
+        e /= d  # w = q (1 - q)
+        sums[3] += e @ m
+        e *= z
+        sums[4] += e @ m
+        e *= z
+        sums[5] += e @ m
+    return sums[..., 0]
+
+
+def oof_platt(
+    labels: np.ndarray,
+    x: np.ndarray,
+    *,
+    n_folds: int = 5,
+    seed: int = 0,
+    C: float | None = 1.0,
+) -> np.ndarray:
+    """Out-of-fold Platt probabilities ``[N, C]`` float64 for validated ``x [N, C]``.
+
+    ``labels`` is bool ``[N]`` with at least 2 rows of each class (the caller checks).
+    """
+    n, nc = x.shape
+    fold = stratified_folds(labels, n_folds, seed)
+    nf = int(fold.max()) + 1
+    train = (fold[None, :] != np.arange(nf)[:, None]).astype(np.float64)  # [F, N]
+    y = labels.astype(np.float64)
+
+    rows = max(1, CHUNK_ELEMENTS // max(1, nf * nc))
+    mean = x.mean(axis=0, dtype=np.float64)
+    scale = np.zeros(nc)
+    for r0 in range(0, n, rows * nf):  # streamed, no [N, C] float64 temporary
+        dev = x[r0 : r0 + rows * nf] - mean
+        scale += np.einsum("nc,nc->c", dev, dev)
+    scale = np.sqrt(scale / n)
+    const = x.min(axis=0) == x.max(axis=0)  # z = 0 exactly, whatever the mean's rounding
+    mean = np.where(const, x[0], mean)
+    scale = np.where(const | (scale == 0), 1.0, scale)
+    lam = _penalty(C, scale)[None, :]  # [1, C]
+
+    # Training-row sums of y and y z per fold: the loss's linear part is analytic,
+    # sum_i y_i t_i = v * syz + b * sy.
+    sy = (train @ y)[:, None]  # [F, 1]
+    syz = np.zeros((nf, nc))
+    ty = train * y
+    for r0 in range(0, n, rows):
+        syz += ty[:, r0 : r0 + rows] @ _standardised(x, r0, rows, mean, scale).T
+    pbar = sy[:, 0] / train.sum(axis=1)  # [F] training base rate, in (0, 1)
+    v = np.zeros((nf, nc))
+    b = np.repeat(np.log(pbar / (1.0 - pbar))[:, None], nc, axis=1)
+    v_old, b_old = v.copy(), b.copy()
+    obj_old = np.full((nf, nc), np.inf)  # objective at the last accepted point
+    dv = np.zeros((nf, nc))
+    db = np.zeros((nf, nc))
+    done = np.zeros((nf, nc), bool)
+    for _ in range(_MAX_ITER):
+        s_sp, s_q, s_qz, hbb, hvb, hvv = _pass(x, train, mean, scale, v, b, rows=rows)
+        obj = s_sp - v * syz - b * sy + 0.5 * lam * v * v
+        gv = s_qz - syz + lam * v
+        gb = s_q - sy
+        hvv = hvv + lam
+        # Accept the point unless the objective rose (beyond rounding) along the last step;
+        # then halve that step instead.
+        rose = ~done & (obj > obj_old + 1e-13 * np.abs(obj_old))
+        acc = ~done & ~rose
+        # Newton step from the point: solve (H + eps I) d = -g in closed form (eps only
+        # guards a singular H; it does not move the optimum).
+        eps = 1e-13 * (hvv + hbb)
+        h11, h12, h22 = hvv + eps, hvb, hbb + eps
+        det = h11 * h22 - h12 * h12
+        nv = -(h22 * gv - h12 * gb) / det
+        nb = -(h11 * gb - h12 * gv) / det
+        v_old = np.where(acc, v, v_old)
+        b_old = np.where(acc, b, b_old)
+        obj_old = np.where(acc, obj, obj_old)
+        dv = np.where(acc, nv, np.where(rose, 0.5 * dv, dv))
+        db = np.where(acc, nb, np.where(rose, 0.5 * db, db))
+        size = np.maximum(np.abs(dv), np.abs(db))
+        done |= size <= _STEP_TOL * (1.0 + np.abs(v_old) + np.abs(b_old))
+        v = np.where(done, v_old, v_old + dv)
+        b = np.where(done, b_old, b_old + db)
+        if done.all():
+            break
+    else:
+        warnings.warn(
+            f"Platt scaling: Newton's method did not converge in {_MAX_ITER} iterations for "
+            f"{int((~done).sum())} (fold, column) fits (separable scores with C=None?)",
+            PlattConvergenceWarning,
+            stacklevel=3,
+        )
+
+    out = np.empty((n, nc), np.float64)
+    step = rows * nf
+    for r0 in range(0, n, step):
+        sl = slice(r0, r0 + step)
+        t = (x[sl] - mean) / scale
+        t *= v[fold[sl]]  # parameters of each row's held-out fold
+        t += b[fold[sl]]
+        out[sl] = _sigmoid(t)
+    return out
+
+
+def _sigmoid(t: np.ndarray) -> np.ndarray:
+    """``1 / (1 + exp(-t))`` as ``exp(t - softplus(t))``: accurate in both tails, no overflow."""
+    sp = np.exp(-np.abs(t))
+    np.log1p(sp, out=sp)
+    sp += np.maximum(t, 0.0)
+    return np.exp(t - sp)
