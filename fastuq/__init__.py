@@ -1,8 +1,11 @@
 """fastuq: exact, fast uncertainty scoring of multi-agent LLM reasoning.
 
 Scores are uncertainties: higher means less likely correct. Natural logarithms throughout.
-Importing fastuq does not import JAX; the first kernel call does.
+Importing fastuq does not import JAX; the first kernel call does. Submodules such as
+``fastuq.metrics`` and ``fastuq.synth`` load on first access.
 """
+
+import importlib
 
 from ._registry import ESTIMATORS, Estimator, get_estimator
 from ._runtime import use_cpu_devices
@@ -13,14 +16,18 @@ from ._sauce import (
     sauce_batch,
     sauce_score,
 )
+from ._score import available_methods, score, score_file
 from ._signals import compute_token_entropy, majority_margin
 
 __version__ = "0.1.0"
+
+_SUBMODULES = ("kernels", "metrics", "synth")
 
 __all__ = [
     "ESTIMATORS",
     "Estimator",
     "PRESETS",
+    "available_methods",
     "compute_token_entropy",
     "get_estimator",
     "lambda_kalman_forward",
@@ -28,5 +35,14 @@ __all__ = [
     "sauce",
     "sauce_batch",
     "sauce_score",
+    "score",
+    "score_file",
     "use_cpu_devices",
+    *_SUBMODULES,
 ]
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        return importlib.import_module(f"fastuq.{name}")
+    raise AttributeError(f"module 'fastuq' has no attribute {name!r}")

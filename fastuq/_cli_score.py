@@ -24,7 +24,9 @@ def add_parser(sub) -> None:
     sc.add_argument("input", nargs="?", help="corpus file; omit to score the bundled sample")
     sc.add_argument("-o", "--output", help="output Parquet file (required with INPUT)")
     sc.add_argument("--sample", action="store_true", help="score the bundled sample corpus")
-    sc.add_argument("--method", default="sauce", help="estimators, comma-separated (sauce)")
+    sc.add_argument("--method", default="sauce",
+                    help="estimators, comma-separated, or 'all' for every estimator whose "
+                         "inputs the corpus has (default: sauce)")
     sc.add_argument("--protocol", help="preset for every record (default: each record's field)")
     for name, text in (
         ("lam", "forgetting factor in [0, 1]"),
@@ -34,6 +36,9 @@ def add_parser(sub) -> None:
     ):
         sc.add_argument(f"--{name.replace('_', '-')}", dest=name, type=float,
                         help=f"SAUCE {text} (overrides the preset)")
+    sc.add_argument("--observation-noise", type=float, metavar="R",
+                    help="constant measurement noise R_t for corpora without token entropy "
+                         "(SAUCE on agreement alone); without it missing entropy is an error")
     sc.add_argument("--dtype", choices=("float64", "float32"), default="float64",
                     help="kernel precision (default float64; output is float64)")
     sc.add_argument("--backend", choices=("jax", "numpy"), default="jax")
@@ -79,9 +84,9 @@ def run(args: argparse.Namespace) -> int:
         print("fastuq score: -o/--output is required with INPUT", file=sys.stderr)
         return 2
     if args.backend == "jax":
-        use_cpu_devices(args.cpu_devices)
+        use_cpu_devices(args.cpu_devices, strict=False)
     source = sample_corpus_path() if sample else Path(args.input)
-    methods = tuple(m.strip() for m in args.method.split(",") if m.strip())
+    methods = args.method
     bar = ProgressBar(args.progress)
     with tempfile.TemporaryDirectory() as tmp:
         output = Path(args.output) if args.output else Path(tmp) / "sample_scores.parquet"
@@ -90,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
                 source, output, methods=methods, protocol=args.protocol, lam=args.lam,
                 q=args.q, sigma2_0=args.sigma2_0, mu_0=args.mu_0, dtype=args.dtype,
                 backend=args.backend, chunk_rows=args.chunk_rows, progress=bar,
+                observation_noise=args.observation_noise,
                 keep_scores=sample,
             )
         except (ValueError, FileNotFoundError) as exc:

@@ -11,13 +11,12 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["SignalChunk", "atomic_write_parquet", "count_rows", "iter_signal_chunks"]
+__all__ = ["atomic_write_parquet", "count_rows", "iter_signal_chunks"]
 
 _FLOATS = pa.list_(pa.float64())
 _JSON_SCHEMA = pa.schema(
@@ -31,25 +30,6 @@ _JSON_SCHEMA = pa.schema(
         ("signals", pa.struct([("agreement", _FLOATS), ("token_entropy", _FLOATS)])),
     ]
 )
-
-
-@dataclass
-class SignalChunk:
-    """One chunk of a corpus, as the SAUCE engine needs it.
-
-    row0: 0-based index of the chunk's first record in the file.
-    ids: ``[n]`` trajectory ids (strings).
-    protocol: ``[n]`` protocol names, or ``None`` when the file has none.
-    agreement, token_entropy: Arrow list<float64> arrays, one list per trajectory.
-    correct: ``[n]`` labels when the file has them (nulls as False with ``correct_valid``).
-    """
-
-    row0: int
-    ids: pa.Array
-    protocol: pa.Array | None
-    agreement: pa.Array
-    token_entropy: pa.Array
-    correct: pa.Array | None
 
 
 def _format(path: Path) -> str:
@@ -78,7 +58,10 @@ def _column(batch: pa.RecordBatch | pa.Table, name: str) -> pa.Array | None:
     return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
 
 
-def _to_chunk(batch: pa.RecordBatch, row0: int, path: Path) -> SignalChunk:
+def _canonical(batch: pa.RecordBatch, row0: int, path: Path) -> pa.Table:
+    """Map a raw batch to canonical columns: ``trajectory_id`` (from ``trajectory_id``, else
+    ``record_uid``, else the row number), ``agreement`` / ``token_entropy`` (top level, else
+    under ``signals``), and ``protocol`` / ``correct`` when present."""
     n = batch.num_rows
     ids = None
     for name in ("trajectory_id", "record_uid"):
@@ -91,29 +74,24 @@ def _to_chunk(batch: pa.RecordBatch, row0: int, path: Path) -> SignalChunk:
     elif ids.null_count:
         k = int(np.argmax(ids.is_null().to_numpy(zero_copy_only=False)))
         raise ValueError(f"{path}: row {row0 + k}: trajectory_id is missing")
-    ids = ids.cast(pa.string())
+    columns = {"trajectory_id": ids.cast(pa.string())}
     signals = _column(batch, "signals")
-    fields = {}
     for name in ("agreement", "token_entropy"):
         col = _column(batch, name)
         if (col is None or col.null_count == n) and signals is not None:
             col = signals.field(name)
-        if col is None:
-            raise ValueError(f"{path}: the corpus has no {name} column (nor signals.{name})")
-        fields[name] = col.cast(_FLOATS)
-    protocol = _column(batch, "protocol")
-    return SignalChunk(
-        row0=row0,
-        ids=ids,
-        protocol=None if protocol is None else protocol.cast(pa.string()),
-        agreement=fields["agreement"],
-        token_entropy=fields["token_entropy"],
-        correct=_column(batch, "correct"),
-    )
+        if col is not None:
+            columns[name] = col.cast(_FLOATS)
+    for name, typ in (("protocol", pa.string()), ("correct", pa.bool_())):
+        col = _column(batch, name)
+        if col is not None:
+            columns[name] = col.cast(typ)
+    return pa.table(columns)
 
 
-def iter_signal_chunks(path: str | os.PathLike, chunk_rows: int = 1 << 18) -> Iterator[SignalChunk]:
-    """Read ``path`` chunk by chunk (about ``chunk_rows`` records each), in file order."""
+def iter_signal_chunks(path: str | os.PathLike, chunk_rows: int = 1 << 18) -> Iterator[pa.Table]:
+    """Read ``path`` chunk by chunk (about ``chunk_rows`` records each), in file order, as
+    tables of canonical columns (see :func:`_canonical`)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
@@ -145,7 +123,7 @@ def iter_signal_chunks(path: str | os.PathLike, chunk_rows: int = 1 << 18) -> It
             raise ValueError(f"{path}: {exc}") from None
     try:
         for batch in batches:
-            yield _to_chunk(batch, row0, path)
+            yield _canonical(batch, row0, path)
             row0 += batch.num_rows
     except pa.ArrowInvalid as exc:
         raise ValueError(f"{path}: after row {row0}: {exc}") from None
@@ -177,12 +155,23 @@ class AtomicParquetWriter:
             table = pa.Table.from_batches([table])
         self._writer.write_table(table)
 
+    def close(self) -> None:
+        """Finish the file and move it into place."""
+        self._writer.close()
+        os.replace(self._tmp, self.path)
+
+    def abort(self) -> None:
+        """Drop everything written; nothing appears at ``path``."""
+        try:
+            self._writer.close()
+        finally:
+            self._tmp.unlink(missing_ok=True)
+
     def __enter__(self) -> AtomicParquetWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self._writer.close()
         if exc_type is None:
-            os.replace(self._tmp, self.path)
+            self.close()
         else:
-            self._tmp.unlink(missing_ok=True)
+            self.abort()

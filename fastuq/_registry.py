@@ -24,6 +24,8 @@ class Estimator:
     params: parameter names with their defaults (``None``: taken from the protocol preset).
     presets: protocol -> parameter values.
     jax_kernel / numpy_kernel: ``"module:function"`` inside ``fastuq.kernels``.
+    runner: ``"module:function"`` inside ``fastuq`` that scores a
+      :class:`~fastuq._batch.Batch`: ``run(batch, *, params, protocol, backend) -> [N]``.
     description: one line for ``--help`` and tables.
     """
 
@@ -33,6 +35,7 @@ class Estimator:
     presets: Mapping[str, Mapping[str, float]]
     jax_kernel: str
     numpy_kernel: str
+    runner: str
     description: str = ""
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -46,6 +49,13 @@ class Estimator:
             mod = importlib.import_module(f"fastuq.kernels.{module}")
             self._cache[backend] = getattr(mod, func)
         return self._cache[backend]
+
+    def run(self, batch, *, params: Mapping[str, object], protocol: str | None, backend: str):
+        """Score ``batch`` (a :class:`~fastuq._batch.Batch`): uncertainty ``[N]``."""
+        if "run" not in self._cache:
+            module, func = self.runner.split(":")
+            self._cache["run"] = getattr(importlib.import_module(f"fastuq.{module}"), func)
+        return self._cache["run"](batch, params=params, protocol=protocol, backend=backend)
 
     def resolve(self, protocol: str, overrides: Mapping[str, object]) -> dict[str, object]:
         """Parameter values for ``protocol`` with non-``None`` ``overrides`` applied.
@@ -84,6 +94,7 @@ ESTIMATORS: Mapping[str, Estimator] = MappingProxyType(
             presets=SAUCE_PRESETS,
             jax_kernel="sauce:sauce_scan",
             numpy_kernel="sauce:sauce_scan_numpy",
+            runner="_estimators:run_sauce",
             description="SAUCE lambda-Kalman filter over agreement and token entropy",
         ),
     }

@@ -26,7 +26,7 @@ def bucket_size(n: int, chunk_size: int) -> int:
     return max(MIN_BUCKET, 1 << max(0, int(n - 1).bit_length()))
 
 
-def use_cpu_devices(n: int | None = None) -> int:
+def use_cpu_devices(n: int | None = None, *, strict: bool = True) -> int:
     """Split the host CPU into ``n`` XLA devices (default: one per core), so that fastuq's
     kernels shard each batch across them and use every core.
 
@@ -40,7 +40,8 @@ def use_cpu_devices(n: int | None = None) -> int:
       the number of CPU devices JAX will use.
 
     Raises:
-      RuntimeError: JAX's backend already exists with a different device count.
+      RuntimeError: JAX's backend already exists with a different device count (with
+        ``strict=False`` the existing backend is kept and its device count returned).
     """
     n = int(n or os.cpu_count() or 1)
     if n < 1:
@@ -51,6 +52,8 @@ def use_cpu_devices(n: int | None = None) -> int:
         jax.config.update("jax_num_cpu_devices", n)
     except RuntimeError as exc:  # backend already initialised
         have = len(jax.devices("cpu"))
+        if have != n and not strict:
+            return have
         if have != n:
             raise RuntimeError(
                 f"JAX's CPU backend is already running with {have} device(s); call "

@@ -1,45 +1,28 @@
-"""The main job: score a corpus file chunk by chunk and write one row per trajectory."""
+"""The main job: score a corpus chunk by chunk, one output row per input trajectory."""
 
 from __future__ import annotations
 
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
-from ._io import AtomicParquetWriter, SignalChunk, count_rows, iter_signal_chunks
-from ._pack import pack_lists
-from ._sauce import sauce_batch
+from ._batch import Batch
+from ._io import AtomicParquetWriter, count_rows, iter_signal_chunks
+from ._registry import ESTIMATORS, get_estimator
 
-__all__ = ["ScoreReport", "score_file"]
-
-
-class _Labels(Sequence):
-    """Lazy names for error messages: ``'id' (file row k)``."""
-
-    def __init__(self, ids: pa.Array, path: Path, row0: int) -> None:
-        self._ids, self._path, self._row0 = ids, path, row0
-
-    def __len__(self) -> int:
-        return len(self._ids)
-
-    def __getitem__(self, n):  # type: ignore[override]
-        return _Label(f"{self._ids[n].as_py()!r} ({self._path.name} row {self._row0 + n})")
-
-
-class _Label(str):
-    def __repr__(self) -> str:
-        return str(self)
+__all__ = ["ScoreReport", "available_methods", "iter_scores", "score", "score_file"]
 
 
 @dataclass
 class ScoreReport:
-    """What a scoring run did: rows in and out, seconds, and per-column summaries."""
+    """What a scoring run did: rows in and out, seconds, protocols, and (on request) the
+    scores and labels for summaries."""
 
     input: str
     output: str
@@ -51,40 +34,106 @@ class ScoreReport:
     correct: np.ndarray | None = field(default=None, repr=False)
 
 
-def _score_chunk(chunk: SignalChunk, path: Path, *, protocol, params, dtype, backend) -> np.ndarray:
-    a, mask = pack_lists(chunk.agreement, dtype=dtype)
-    h, mask_h = pack_lists(chunk.token_entropy, dtype=dtype)
-    labels = _Labels(chunk.ids, path, chunk.row0)
-    if a.shape[0] != h.shape[0] or not np.array_equal(mask, mask_h):
-        if a.shape[0] == h.shape[0]:
-            n = int(np.argmax((mask != mask_h).any(axis=0)))
-        else:
-            la, lh = mask.sum(0), mask_h.sum(0)
-            n = int(np.argmax(la != lh)) if (la != lh).any() else 0
-        raise ValueError(
-            f"trajectory {labels[n]}: agreement and token_entropy have different numbers of "
-            "rounds (field token_entropy)"
-        )
-    if protocol is None:
-        if chunk.protocol is None or chunk.protocol.null_count:
-            where = ""
-            if chunk.protocol is not None:
-                k = int(np.argmax(chunk.protocol.is_null().to_numpy(zero_copy_only=False)))
-                where = f"trajectory {labels[k]}: "
-            raise ValueError(f"{where}no protocol (field protocol); pass --protocol")
-        protocol = chunk.protocol.to_numpy(zero_copy_only=False)
-    result = sauce_batch(
-        a, h, mask, protocol=protocol, dtype=dtype, backend=backend,
-        trajectory_ids=labels, **params,
+def available_methods(batch: Batch) -> tuple[str, ...]:
+    """Registered estimators whose inputs ``batch`` has, in registry order."""
+    return tuple(
+        name for name, est in ESTIMATORS.items() if all(batch.has(i) for i in est.inputs)
     )
-    return result["score"]
+
+
+def _resolve_methods(methods: str | Sequence[str], batch: Batch) -> tuple[str, ...]:
+    if isinstance(methods, str):
+        methods = [m.strip() for m in methods.split(",") if m.strip()]
+    if list(methods) == ["all"]:
+        found = available_methods(batch)
+        if not found:
+            raise ValueError(f"{batch.source or 'corpus'}: no estimator has all its inputs")
+        return found
+    for m in methods:
+        est = get_estimator(m)
+        missing = [i for i in est.inputs if not batch.has(i)]
+        if missing:
+            raise ValueError(
+                f"{batch.source or 'corpus'}: {m} needs {', '.join(missing)}, which the corpus "
+                "lacks" + ("; pass --observation-noise R to run SAUCE on agreement alone"
+                           if "token_entropy" in missing else "")
+            )
+    return tuple(methods)
+
+
+def iter_scores(
+    source: str | os.PathLike,
+    *,
+    methods: str | Sequence[str] = ("sauce",),
+    protocol: str | None = None,
+    params: Mapping[str, object] | None = None,
+    dtype: str | np.dtype = "float64",
+    backend: str = "jax",
+    chunk_rows: int = 1 << 18,
+    observation_noise: float | None = None,
+) -> Iterator[tuple[Batch, dict[str, np.ndarray]]]:
+    """Score ``source`` chunk by chunk: yields ``(batch, {method: scores [n]})`` in order.
+
+    ``params`` holds estimator parameters by name (``lam``, ``q``, ...); each estimator takes
+    the ones it declares. ``methods`` may be ``"all"``: every estimator whose inputs the
+    corpus has.
+    """
+    if observation_noise is not None and not (
+        np.isfinite(observation_noise) and observation_noise >= 0
+    ):
+        raise ValueError(f"observation noise must be finite and >= 0, got {observation_noise}")
+    params = {k: v for k, v in (params or {}).items() if v is not None}
+    source_name = Path(source).name
+    row0 = 0
+    resolved: tuple[str, ...] | None = None
+    for table in iter_signal_chunks(source, chunk_rows):
+        batch = Batch(table, source=source_name, row0=row0, dtype=np.dtype(dtype),
+                      observation_noise=observation_noise)
+        if resolved is None:
+            resolved = _resolve_methods(methods, batch)
+        scores = {}
+        for m in resolved:
+            est = get_estimator(m)
+            own = {k: v for k, v in params.items() if k in est.params}
+            scores[m] = np.asarray(
+                est.run(batch, params=own, protocol=protocol, backend=backend), np.float64
+            )
+        yield batch, scores
+        row0 += batch.n
+
+
+def score(
+    source: str | os.PathLike,
+    methods: str | Sequence[str] = ("sauce",),
+    *,
+    protocol: str | None = None,
+    dtype: str | np.dtype = "float64",
+    backend: str = "jax",
+    chunk_rows: int = 1 << 18,
+    observation_noise: float | None = None,
+    **params: object,
+) -> pa.Table:
+    """Score a corpus in memory: a table with ``trajectory_id``, one float64 column per
+    method (uncertainty; higher = less likely correct) and ``correct`` when the corpus has
+    labels. See :func:`score_file` for the arguments; ``params`` are estimator parameters
+    (``lam=``, ``q=``, ...)."""
+    tables = []
+    for batch, scores in iter_scores(
+        source, methods=methods, protocol=protocol, params=params, dtype=dtype,
+        backend=backend, chunk_rows=chunk_rows, observation_noise=observation_noise,
+    ):
+        cols = {"trajectory_id": batch.ids, **scores}
+        if "correct" in batch.table.column_names:
+            cols["correct"] = batch.column("correct")
+        tables.append(pa.table(cols))
+    return pa.concat_tables(tables)
 
 
 def score_file(
     input: str | os.PathLike,
     output: str | os.PathLike,
     *,
-    methods: Sequence[str] = ("sauce",),
+    methods: str | Sequence[str] = ("sauce",),
     protocol: str | None = None,
     lam: float | None = None,
     q: float | None = None,
@@ -93,6 +142,7 @@ def score_file(
     dtype: str = "float64",
     backend: str = "jax",
     chunk_rows: int = 1 << 18,
+    observation_noise: float | None = None,
     progress: Callable[[int, int | None], None] | None = None,
     keep_scores: bool = False,
 ) -> ScoreReport:
@@ -100,57 +150,63 @@ def score_file(
     column per estimator to Parquet, atomically (nothing appears at ``output`` on error).
 
     Args:
-      input: Parquet, JSONL or JSONL.gz corpus (see ``fastuq._io``).
+      input: Parquet, JSONL or JSONL.gz corpus.
       output: Parquet file to write.
-      methods: estimators to run (``("sauce",)`` for now).
+      methods: estimator names (or ``"all"``).
       protocol: preset for every trajectory; default: each record's ``protocol`` field.
       lam, q, sigma2_0, mu_0: SAUCE parameter overrides.
       dtype: kernel precision, ``"float64"`` (default) or ``"float32"``; output is float64.
       chunk_rows: records per chunk; memory is bounded by the chunk, not the corpus.
+      observation_noise: constant R_t for corpora without token entropy (SAUCE on agreement
+        alone); without it, a missing token entropy is an error.
       progress: called as ``progress(rows_done, rows_total_or_None)`` after each chunk.
       keep_scores: keep the score arrays (and labels) in the report, for summaries.
-
-    Returns:
-      a :class:`ScoreReport`.
     """
     input, output = Path(input), Path(output)
-    unknown = [m for m in methods if m != "sauce"]
-    if unknown:
-        raise ValueError(f"unknown method(s) {unknown}; available: sauce")
     params = {"lam": lam, "q": q, "sigma2_0": sigma2_0, "mu_0": mu_0}
     total = count_rows(input)
-    schema = pa.schema([("trajectory_id", pa.string())] + [(m, pa.float64()) for m in methods])
-    report = ScoreReport(input=str(input), output=str(output), methods=tuple(methods))
-    kept: list[np.ndarray] = []
-    kept_correct: list[np.ndarray] = []
+    report = ScoreReport(input=str(input), output=str(output))
+    kept: dict[str, list[np.ndarray]] = {}
+    kept_correct: list[np.ndarray | None] = []
     start = time.perf_counter()
-    with AtomicParquetWriter(output, schema) as writer:
-        for chunk in iter_signal_chunks(input, chunk_rows):
-            score = _score_chunk(
-                chunk, input, protocol=protocol, params=params, dtype=np.dtype(dtype),
-                backend=backend,
-            )
-            writer.write(
-                pa.table({"trajectory_id": chunk.ids, "sauce": score.astype(np.float64)},
-                         schema=schema)
-            )
-            report.n_rows += len(score)
-            if chunk.protocol is not None and protocol is None:
-                for k, v in zip(*np.unique(chunk.protocol.to_numpy(zero_copy_only=False),
-                                           return_counts=True), strict=True):
+    writer = None
+    try:
+        for batch, scores in iter_scores(
+            input, methods=methods, protocol=protocol, params=params, dtype=dtype,
+            backend=backend, chunk_rows=chunk_rows, observation_noise=observation_noise,
+        ):
+            if writer is None:
+                report.methods = tuple(scores)
+                schema = pa.schema([("trajectory_id", pa.string())]
+                                   + [(m, pa.float64()) for m in scores])
+                writer = AtomicParquetWriter(output, schema)
+            writer.write(pa.table({"trajectory_id": batch.ids, **scores}, schema=schema))
+            report.n_rows += batch.n
+            protos = batch.protocol(protocol)
+            if isinstance(protos, str):
+                report.protocols[protos] = report.protocols.get(protos, 0) + batch.n
+            else:
+                for k, v in zip(*np.unique(protos, return_counts=True), strict=True):
                     report.protocols[str(k)] = report.protocols.get(str(k), 0) + int(v)
-            elif protocol is not None:
-                report.protocols[protocol] = report.protocols.get(protocol, 0) + len(score)
             if keep_scores:
-                kept.append(score.astype(np.float64))
-                if chunk.correct is not None:
-                    kept_correct.append(chunk.correct.to_numpy(zero_copy_only=False))
+                for m, s in scores.items():
+                    kept.setdefault(m, []).append(s)
+                kept_correct.append(batch.correct())
             if progress is not None:
                 progress(report.n_rows, total)
+        if writer is None:  # an empty corpus still gets its (empty) output file
+            schema = pa.schema([("trajectory_id", pa.string())]
+                               + [(m, pa.float64()) for m in report.methods])
+            writer = AtomicParquetWriter(output, schema)
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+    writer.close()
     report.seconds = time.perf_counter() - start
     if keep_scores:
-        report.scores["sauce"] = np.concatenate(kept) if kept else np.empty(0)
-        if kept_correct and sum(map(len, kept_correct)) == report.n_rows:
+        report.scores = {m: np.concatenate(v) for m, v in kept.items()}
+        if kept_correct and all(c is not None for c in kept_correct):
             report.correct = np.concatenate(kept_correct)
     return report
 
@@ -168,8 +224,7 @@ class ProgressBar:
             return
         rate = done / max(time.perf_counter() - self.start, 1e-9)
         if total:
-            frac = done / total
-            bar = "#" * int(30 * frac)
+            bar = "#" * int(30 * done / total)
             line = f"\r[{bar:<30}] {done:,}/{total:,} trajectories {rate:,.0f}/s"
         else:
             line = f"\r{done:,} trajectories {rate:,.0f}/s"
