@@ -1,0 +1,497 @@
+"""UMAS: dynamic node confidence propagated along the interaction graph of a multi-agent run.
+
+Three implementations of the same numbers:
+
+* :func:`umas_scan` -- the jitted JAX kernel, a ``lax.scan`` over rounds of padded,
+  time-major arrays ``[T, N, A]`` (rounds x trajectories x agent slots of the initial team).
+* :func:`umas_scan_numpy` -- its NumPy twin, the plainest loop over rounds (vectorised over
+  trajectories and agents within a round).
+* :func:`umas_trajectory` -- one trajectory in plain Python floats, on the nested
+  ``[round][agent]`` lists of the corpus columns (the reference for tests and benchmarks).
+
+The math (``papers/umas.md``, settled in DESIGN.md). Node ``(t, i)`` of a trajectory has a
+confidence ``c[t, i] <= 0`` (MSP = sum of token log-probs; or mean log-prob, or minus the mean
+token entropy: the caller chooses). Its predecessors are
+``P = {j : edge_mask[t, i, j] and node_mask[t-1, j]}`` (row ``i`` = receiver, column ``j`` =
+the node of round ``t-1`` it read). With ``c_dyn`` the dynamic confidence::
+
+    round 0, or agent i absent at t-1, or P empty:   w_i = 1, c_dyn[t, i] = c[t, i]
+    otherwise, with d_i = min(c_dyn[t-1, i], CONF_CEILING)     (CONF_CEILING = -1e-12)
+        w_ji        = (c_dyn[t-1, j] - d_i) / d_i
+        w_i         = 1 - mean_{j in P} sigmoid(w_ji)
+        c_dyn[t, i] = (1 - w_i) * c_dyn[t-1, i] + w_i * c[t, i]
+
+    umas     = -mean of c_dyn over the valid nodes of the trajectory
+    umas_fix = -mean of c     over the valid nodes of the trajectory
+
+``d_i`` is the previous dynamic confidence of the receiver clipped to at most -1e-12, used in
+both places it appears in ``w_ji`` (numerator and denominator) so that a node of confidence
+exactly 0 does not divide by zero; the update itself uses the unclipped ``c_dyn[t-1, i]``.
+The two readings differ only when ``|c_dyn[t-1, i]| < 1e-12``. A peer more confident than the
+receiver (``c_dyn[j] > c_dyn[i]``) gives ``w_ji < 0``, ``sigmoid < 1/2``, hence a larger
+``w_i`` (the node follows its new output); unreliable peers pull ``w_i`` towards 0 (the node
+keeps its history).
+
+Default graphs (``edge_mask=None``): for debate (``DEBATE``) every node at round ``t`` reads
+every *other* agent active at ``t-1``; for DyLAN (``DYLAN``) it reads the survivors of the
+previous layer, which in packed form is the same rule (an agent that was pruned is not
+active). ``self_edges=True`` adds the edge ``(t-1, i) -> (t, i)`` when agent ``i`` was active
+(its ``w_ii = 0``, so it adds ``sigmoid(0) = 1/2`` to the mean); the paper's predecessor set
+is the *peers* an agent read, so the default, as in DESIGN.md, has no self-edges.
+
+Explicit graphs come as a boolean ``edge_mask [T, N, A, A]`` or packed as bit rows
+``[T, N, A]`` of an unsigned integer type (bit ``j`` of ``edge_bits[t, n, i]`` set when node
+``(t, i)`` read node ``(t-1, j)``; see :func:`pack_edges`). Round 0 rows are ignored.
+
+Inputs are taken as they are (no validation): the public entry points in ``fastuq`` validate.
+Values in padded slots (node_mask false) may be anything, NaN included, and never change a
+score.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from functools import partial
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+__all__ = [
+    "CONF_CEILING",
+    "DEBATE",
+    "DYLAN",
+    "PROTOCOL_KINDS",
+    "SUMMARY_FIELDS",
+    "TRACE_FIELDS",
+    "UmasCarry",
+    "default_edges",
+    "pack_edges",
+    "unpack_edges",
+    "umas_scan",
+    "umas_scan_numpy",
+    "umas_trajectory",
+]
+
+#: The receiver's previous dynamic confidence is clipped to at most this in ``w_ji``.
+CONF_CEILING = -1e-12
+
+#: Protocol kinds for :func:`default_edges` (ints, so that nothing inside jit sees a string).
+DEBATE = 0
+DYLAN = 1
+PROTOCOL_KINDS = {"debate": DEBATE, "dylan": DYLAN}
+
+#: Names of the per-trajectory outputs ``[N]``.
+SUMMARY_FIELDS = ("umas", "umas_fix", "n_nodes")
+#: Names of the per-node trace outputs ``[T, N, A]`` (NaN where the node is masked).
+TRACE_FIELDS = ("c_dyn", "w")
+
+#: Up to this many agent slots the JAX kernel unrolls the ``[A, A]`` edge reduction into
+#: ``A * (A - 1)`` elementwise terms over ``[N]`` vectors (one fused pass over the batch);
+#: beyond it, it broadcasts ``[N, A, A]`` and reduces.
+MAX_UNROLLED_AGENTS = 16
+
+
+class UmasCarry(NamedTuple):
+    """The filter state carried from round ``t-1`` to round ``t`` (all of batch size ``N``).
+
+    c_dyn:   ``A`` arrays ``[N]`` (or one ``[N, A]``): dynamic confidence at ``t-1``; any value
+             (NaN included) where ``active`` is false, where it is never read.
+    active:  ``A`` bool arrays ``[N]`` (or one ``[N, A]``): ``node_mask[t-1]``; all false
+             before round 0, so that every round-0 node starts afresh.
+    sum_dyn: ``[N]`` running sum of ``c_dyn`` over valid nodes.
+    sum_c:   ``[N]`` running sum of ``c`` over valid nodes.
+    count:   ``[N]`` number of valid nodes so far (in the float dtype).
+    """
+
+    c_dyn: tuple | jax.Array
+    active: tuple | jax.Array
+    sum_dyn: jax.Array
+    sum_c: jax.Array
+    count: jax.Array
+
+
+# ----------------------------------------------------------------------------------------
+# Graphs
+
+
+def _xp(x):
+    return np if isinstance(x, np.ndarray | np.generic) else jnp
+
+
+def _bits_dtype(n_agents: int):
+    for dtype in (np.uint8, np.uint16, np.uint32):
+        if n_agents <= 8 * np.dtype(dtype).itemsize:
+            return dtype
+    raise ValueError(f"packed edges hold at most 32 agents, got {n_agents}")
+
+
+def default_edges(
+    node_mask, protocol_kind: int = DEBATE, *, self_edges: bool = False, packed: bool = False
+):
+    """The protocol's default interaction graph as an explicit edge mask.
+
+    Debate and DyLAN share one rule in packed form: node ``(t, i)`` reads every *other* agent
+    active at ``t-1`` (DyLAN's survivors are exactly the agents still active). With
+    ``self_edges`` it also reads its own node of ``t-1``. Round 0 has no edges, nor has a
+    receiver that did not speak. Works on NumPy arrays (returns NumPy) and JAX arrays
+    (returns JAX, usable inside jit: ``protocol_kind``, ``self_edges``, ``packed`` are Python
+    values).
+
+    Args:
+      node_mask: ``[T, N, A]`` bool, true where the agent spoke.
+      protocol_kind: ``DEBATE`` or ``DYLAN`` (see ``PROTOCOL_KINDS``).
+      self_edges: include ``(t-1, i) -> (t, i)`` edges.
+      packed: return bit rows ``[T, N, A]`` (see :func:`pack_edges`) instead of the mask.
+
+    Returns:
+      ``edge_mask [T, N, A, A]`` bool (``[t, n, i, j]``: receiver ``i`` read ``j``), or
+      its packed bit rows.
+    """
+    if protocol_kind not in (DEBATE, DYLAN):
+        raise ValueError(f"unknown protocol kind {protocol_kind!r}; use DEBATE or DYLAN")
+    xp = _xp(node_mask)
+    node_mask = xp.asarray(node_mask, dtype=bool)
+    t_max, _, a = node_mask.shape
+    prev = xp.concatenate([xp.zeros_like(node_mask[:1]), node_mask[:-1]], axis=0)
+    allowed = xp.ones((a, a), bool) if self_edges else ~xp.eye(a, dtype=bool)
+    edges = node_mask[..., :, None] & prev[..., None, :] & allowed
+    return pack_edges(edges) if packed else edges
+
+
+def pack_edges(edge_mask):
+    """Pack ``edge_mask [..., A, A]`` bool into bit rows ``[..., A]`` (NumPy or JAX).
+
+    Bit ``j`` of row ``i`` is ``edge_mask[..., i, j]``. The integer type is the smallest
+    unsigned one holding ``A`` bits (uint8 up to 8 agents, uint16 up to 16, uint32 up to 32).
+    """
+    xp = _xp(edge_mask)
+    a = edge_mask.shape[-1]
+    dtype = _bits_dtype(a)
+    shifts = xp.arange(a, dtype=dtype)
+    return xp.sum(xp.asarray(edge_mask).astype(dtype) << shifts, axis=-1, dtype=dtype)
+
+
+def unpack_edges(edge_bits, n_agents: int):
+    """Inverse of :func:`pack_edges`: bit rows ``[..., A]`` -> bool ``[..., A, A]``."""
+    xp = _xp(edge_bits)
+    shifts = xp.arange(n_agents, dtype=edge_bits.dtype)
+    return ((edge_bits[..., None] >> shifts) & 1).astype(bool)
+
+
+# ----------------------------------------------------------------------------------------
+# JAX kernel
+
+
+def _sigmoid(x):
+    return jax.nn.sigmoid(x)
+
+
+def _node_update(cd_prev_i, active_i, c_i, acc, k):
+    """Close one receiver: ``acc`` = sum of sigmoid(w_ji) over its predecessors, ``k`` their
+    number. Returns ``(c_dyn, w)`` with ``w = 1, c_dyn = c`` for a node that starts afresh."""
+    fresh = jnp.logical_not(active_i) | (k == 0)
+    w = 1.0 - acc / k
+    c_dyn = jnp.where(fresh, c_i, (1.0 - w) * cd_prev_i + w * c_i)
+    return c_dyn, jnp.where(fresh, 1.0, w)
+
+
+def _step_slots(self_edges: bool, carry: UmasCarry, inputs):
+    """One round, agent slots unrolled: ``carry.c_dyn``/``active`` are tuples of ``[N]``.
+
+    ``inputs`` = (conf ``[N, A]``, node_mask ``[N, A]``, edge rows ``[N, A]`` unsigned
+    bits or ``None`` for the default graph). The predecessor terms are summed in slot order
+    ``j = 0..A-1`` on both paths (an absent edge adds an exact 0), so the default graph and
+    its explicit edges give the same numbers up to where XLA's CPU backend contracts
+    ``a * b + c`` into a fused multiply-add, which depends on how each program is fused
+    (at most a few ulp; usually bit for bit).
+    """
+    conf, mask, rows = inputs
+    dtype = conf.dtype
+    a = conf.shape[1]
+    cd_prev, active = carry.c_dyn, carry.active
+    if rows is None and not self_edges:
+        n_active = sum(act.astype(dtype) for act in active)
+    new_cd, new_w = [], []
+    for i in range(a):
+        c_i = conf[:, i]
+        d = jnp.minimum(cd_prev[i], CONF_CEILING)
+        if rows is not None:
+            row = rows[:, i]
+        acc = jnp.zeros_like(c_i)
+        k = jnp.zeros_like(c_i)
+        for j in range(a):
+            if rows is None:
+                if j == i and not self_edges:
+                    continue
+                pred = active[j]
+            else:
+                pred = (((row >> j) & 1) == 1) & active[j]
+            acc = acc + jnp.where(pred, _sigmoid((cd_prev[j] - d) / d), 0.0)
+            if rows is not None or self_edges:
+                k = k + pred.astype(dtype)
+        if rows is None and not self_edges:
+            k = n_active - active[i].astype(dtype)
+        c_dyn, w = _node_update(cd_prev[i], active[i], c_i, acc, k)
+        new_cd.append(c_dyn)
+        new_w.append(w)
+    valid = [mask[:, i] for i in range(a)]
+    carry = UmasCarry(
+        c_dyn=tuple(new_cd),
+        active=tuple(valid),
+        sum_dyn=carry.sum_dyn + sum(jnp.where(valid[i], new_cd[i], 0.0) for i in range(a)),
+        sum_c=carry.sum_c + sum(jnp.where(valid[i], conf[:, i], 0.0) for i in range(a)),
+        count=carry.count + sum(v.astype(dtype) for v in valid),
+    )
+    return carry, (new_cd, new_w)
+
+
+def _step_dense(self_edges: bool, carry: UmasCarry, inputs):
+    """One round on whole ``[N, A]`` arrays, the edge reduction broadcast to ``[N, A, A]``
+    (for many agents). ``inputs`` = (conf, node_mask, edge_mask ``[N, A, A]`` or None)."""
+    conf, mask, edges = inputs
+    dtype = conf.dtype
+    a = conf.shape[1]
+    cd_prev, active = carry.c_dyn, carry.active
+    if edges is None:
+        allowed = jnp.ones((a, a), bool) if self_edges else ~jnp.eye(a, dtype=bool)
+        pred = allowed & active[:, None, :]
+    else:
+        pred = edges & active[:, None, :]
+    d = jnp.minimum(cd_prev, CONF_CEILING)[:, :, None]
+    terms = jnp.where(pred, _sigmoid((cd_prev[:, None, :] - d) / d), 0.0)
+    acc = jnp.sum(terms, axis=2)
+    k = jnp.sum(pred.astype(dtype), axis=2)
+    c_dyn, w = _node_update(cd_prev, active, conf, acc, k)
+    carry = UmasCarry(
+        c_dyn=c_dyn,
+        active=mask,
+        sum_dyn=carry.sum_dyn + jnp.sum(jnp.where(mask, c_dyn, 0.0), axis=1),
+        sum_c=carry.sum_c + jnp.sum(jnp.where(mask, conf, 0.0), axis=1),
+        count=carry.count + jnp.sum(mask.astype(dtype), axis=1),
+    )
+    return carry, (c_dyn, w)
+
+
+def _drop_outputs(step, *args):
+    carry, _ = step(*args)
+    return carry, None
+
+
+def _default_unroll(t_max: int, n_agents: int) -> int | bool:
+    # Fully unrolled, the rounds fuse into one pass over the batch (a rolled scan was 4x
+    # slower at T = 3 on CPU); long or wide runs keep a partly rolled loop to bound the
+    # compile time (the unrolled body has A * (A - 1) terms per round).
+    per_round = max(1, n_agents * n_agents)
+    return True if t_max * per_round <= 4096 else max(1, 4096 // per_round)
+
+
+def _summaries(carry: UmasCarry) -> dict:
+    return {
+        "umas": -carry.sum_dyn / carry.count,
+        "umas_fix": -carry.sum_c / carry.count,
+        "n_nodes": carry.count,
+    }
+
+
+def _select(result: dict, fields: tuple[str, ...]) -> dict:
+    unknown = set(fields) - set(SUMMARY_FIELDS) - set(TRACE_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown UMAS output fields {sorted(unknown)}")
+    return {name: result[name] for name in fields}
+
+
+@partial(jax.jit, static_argnames=("fields", "self_edges", "unroll"))
+def umas_scan(
+    conf: jax.Array,
+    node_mask: jax.Array,
+    edge_mask: jax.Array | None = None,
+    *,
+    fields: tuple[str, ...] = ("umas",),
+    self_edges: bool = False,
+    unroll: int | bool | None = None,
+) -> dict[str, jax.Array]:
+    """UMAS over a padded batch, jitted.
+
+    Args:
+      conf: ``[T, N, A]`` float32/float64 node confidence ``c <= 0``.
+      node_mask: ``[T, N, A]`` bool, true where the agent spoke in that round.
+      edge_mask: ``None`` for the protocol default graph (every other agent active at
+        ``t-1``; the fast path, no ``[A, A]`` array is read), a bool ``[T, N, A, A]`` mask
+        (``[t, n, i, j]``: node ``(t, i)`` read node ``(t-1, j)``) or its packed bit rows
+        ``[T, N, A]`` (:func:`pack_edges`). Predecessors absent at ``t-1`` are ignored.
+      fields: which outputs to compute (static): names from ``SUMMARY_FIELDS`` (``[N]``)
+        and ``TRACE_FIELDS`` (``[T, N, A]``, NaN where the node is masked; ``w`` is 1 for
+        nodes that start afresh). Only what is asked for is written.
+      self_edges: with ``edge_mask=None``, also read the agent's own node of ``t-1``.
+      unroll: ``lax.scan`` unroll factor; ``None`` unrolls fully unless ``T * A**2 > 4096``.
+        A compile-time choice only: the numbers are the same.
+
+    Returns:
+      dict name -> array in the dtype of ``conf``. ``n_nodes`` counts valid nodes; ``umas``
+      and ``umas_fix`` are NaN for a trajectory without valid nodes.
+    """
+    dtype = conf.dtype
+    t_max, n, a = conf.shape
+    node_mask = node_mask.astype(bool)
+    slots = a <= MAX_UNROLLED_AGENTS
+    if edge_mask is not None:
+        packed = edge_mask.ndim == 3
+        if slots and not packed:
+            edge_mask = pack_edges(edge_mask)
+        elif not slots and packed:
+            edge_mask = unpack_edges(edge_mask, a)
+    zero = jnp.zeros((n,), dtype)
+    if slots:
+        init = UmasCarry(
+            tuple(zero for _ in range(a)), tuple(jnp.zeros((n,), bool) for _ in range(a)),
+            zero, zero, zero,
+        )
+        step = _step_slots
+    else:
+        init = UmasCarry(jnp.zeros((n, a), dtype), jnp.zeros((n, a), bool), zero, zero, zero)
+        step = _step_dense
+    with_trace = any(name in TRACE_FIELDS for name in fields)
+    body = partial(step, self_edges) if with_trace else partial(_drop_outputs, step, self_edges)
+    carry, outs = lax.scan(
+        body,
+        init,
+        (conf, node_mask, edge_mask),
+        unroll=_default_unroll(t_max, a) if unroll is None else unroll,
+    )
+    result = _summaries(carry)
+    if with_trace:
+        nan = jnp.asarray(jnp.nan, dtype)
+        for name, value in zip(TRACE_FIELDS, outs, strict=True):
+            if slots:
+                value = jnp.stack(value, axis=-1)
+            result[name] = jnp.where(node_mask, value.astype(dtype), nan)
+    return _select(result, fields)
+
+
+# ----------------------------------------------------------------------------------------
+# NumPy twin
+
+
+def umas_scan_numpy(
+    conf: np.ndarray,
+    node_mask: np.ndarray,
+    edge_mask: np.ndarray | None = None,
+    *,
+    fields: tuple[str, ...] = ("umas",),
+    self_edges: bool = False,
+) -> dict[str, np.ndarray]:
+    """NumPy twin of :func:`umas_scan`: the same arguments, shapes and outputs."""
+    conf = np.asarray(conf)
+    dtype = conf.dtype
+    node_mask = np.asarray(node_mask, bool)
+    t_max, n, a = conf.shape
+    if edge_mask is not None:
+        edge_mask = np.asarray(edge_mask)
+        if edge_mask.ndim == 3:
+            edge_mask = unpack_edges(edge_mask, a)
+        edge_mask = edge_mask.astype(bool)
+    allowed = np.ones((a, a), bool) if self_edges else ~np.eye(a, dtype=bool)
+    one = dtype.type(1)
+    c_dyn = np.zeros((n, a), dtype)
+    active = np.zeros((n, a), bool)
+    sum_dyn = np.zeros(n, dtype)
+    sum_c = np.zeros(n, dtype)
+    count = np.zeros(n, dtype)
+    with_trace = any(name in TRACE_FIELDS for name in fields)
+    trace = {name: np.full((t_max, n, a), np.nan, dtype) for name in TRACE_FIELDS if with_trace}
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        for t in range(t_max):
+            c, valid = conf[t], node_mask[t]
+            edges = allowed if edge_mask is None else edge_mask[t]
+            pred = edges & active[:, None, :]  # [N, i, j]
+            d = np.minimum(c_dyn, dtype.type(CONF_CEILING))[:, :, None]
+            w_ji = (c_dyn[:, None, :] - d) / d
+            sig = one / (one + np.exp(-w_ji))
+            acc = np.where(pred, sig, 0).sum(axis=2, dtype=dtype)
+            k = pred.sum(axis=2).astype(dtype)
+            w = one - acc / k
+            fresh = ~active | (k == 0)
+            w = np.where(fresh, one, w)
+            c_new = np.where(fresh, c, (one - w) * c_dyn + w * c)
+            sum_dyn = sum_dyn + np.where(valid, c_new, 0).sum(axis=1, dtype=dtype)
+            sum_c = sum_c + np.where(valid, c, 0).sum(axis=1, dtype=dtype)
+            count = count + valid.sum(axis=1).astype(dtype)
+            if with_trace:
+                trace["c_dyn"][t] = np.where(valid, c_new, np.nan)
+                trace["w"][t] = np.where(valid, w, np.nan)
+            c_dyn, active = c_new, valid
+        result = _summaries(UmasCarry(c_dyn, active, sum_dyn, sum_c, count))
+    result.update(trace)
+    return {k: np.asarray(v, dtype) for k, v in _select(result, fields).items()}
+
+
+# ----------------------------------------------------------------------------------------
+# One trajectory in plain Python
+
+
+def _py_sigmoid(x: float) -> float:
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
+
+
+def umas_trajectory(
+    conf: Sequence[Sequence[float | None]],
+    predecessors: Sequence[Sequence[Sequence[int] | None]] | None = None,
+    *,
+    self_edges: bool = False,
+) -> dict[str, float | list]:
+    """UMAS of one trajectory from the nested corpus columns, in plain Python floats.
+
+    Args:
+      conf: ``[round][agent]`` node confidence; ``None`` where the agent did not speak.
+        Rounds may have different lengths (missing slots are absent agents).
+      predecessors: ``[round][agent]`` the agent slots of round ``t-1`` that node ``(t, i)``
+        read (the ``predecessors`` column); ``None`` (whole argument or one node) takes the
+        default graph: every other agent active at ``t-1`` (plus itself with ``self_edges``).
+
+    Returns:
+      ``{"umas", "umas_fix", "n_nodes", "c_dyn"}``; ``c_dyn`` nested like ``conf`` (None for
+      absent agents). ``umas``/``umas_fix`` are NaN when no node is valid.
+    """
+    c_dyn: list[list[float | None]] = []
+    prev: Sequence[float | None] = []
+    total_dyn = total_c = 0.0
+    n_nodes = 0
+    for t, row in enumerate(conf):
+        out: list[float | None] = []
+        for i, c in enumerate(row):
+            if c is None:
+                out.append(None)
+                continue
+            c = float(c)
+            prev_i = prev[i] if i < len(prev) else None
+            preds = None if predecessors is None else predecessors[t][i]
+            if preds is None:
+                preds = [j for j in range(len(prev)) if j != i or self_edges]
+            preds = [j for j in preds if j < len(prev) and prev[j] is not None]
+            if prev_i is None or not preds:
+                new = c
+            else:
+                d = min(prev_i, CONF_CEILING)
+                mean_sig = sum(_py_sigmoid((prev[j] - d) / d) for j in preds) / len(preds)
+                w = 1.0 - mean_sig
+                new = (1.0 - w) * prev_i + w * c
+            out.append(new)
+            total_dyn += new
+            total_c += c
+            n_nodes += 1
+        c_dyn.append(out)
+        prev = out
+    nan = float("nan")
+    return {
+        "umas": -total_dyn / n_nodes if n_nodes else nan,
+        "umas_fix": -total_c / n_nodes if n_nodes else nan,
+        "n_nodes": n_nodes,
+        "c_dyn": c_dyn,
+    }
