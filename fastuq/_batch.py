@@ -69,9 +69,24 @@ class Batch:
         """Whether the input ``name`` (a column or a derived array) can be built."""
         if name == "round_mask":
             return self.has("agreement")
+        if name == "node_mask":
+            return self.has("seq_logprob")
         if name == "token_entropy" and self.observation_noise is not None:
             return self.has("agreement")
+        if name == "node_entropy" and not self._present("node_entropy"):
+            return self._present("topk_logprobs")
+        return self._present(name)
+
+    def _present(self, name: str) -> bool:
         return name in self.table.column_names and self.table.column(name).null_count < self.n
+
+    @property
+    def n_slots(self) -> int | None:
+        """Agent slots per round: the largest ``n_agents`` of the chunk (``None`` when the
+        corpus has no ``n_agents`` column: then the longest node list decides)."""
+        if not self._present("n_agents"):
+            return None
+        return int(self.column("n_agents").to_numpy(zero_copy_only=False).max())
 
     def column(self, name: str) -> pa.Array:
         if name not in self.table.column_names:
@@ -104,12 +119,35 @@ class Batch:
                 self._cache[name] = pack_lists(self.column(name), dtype=self.dtype)
         return self._cache[name]
 
-    def nodes(self, name: str, n_agents: int | None = None) -> tuple[np.ndarray, ...]:
-        """A node column as ``(values [T, N, A], node_mask [T, N, A], round_mask [T, N])``."""
+    def nodes(self, name: str) -> tuple[np.ndarray, ...]:
+        """A node column as ``(values [T, N, A], node_mask [T, N, A], round_mask [T, N])``,
+        with ``A`` = :attr:`n_slots`. ``node_entropy`` is built from ``topk_logprobs`` when
+        the corpus has no such column."""
         key = f"nodes:{name}"
         if key not in self._cache:
-            self._cache[key] = pack_nodes(self.column(name), dtype=self.dtype, n_agents=n_agents)
+            if name == "node_entropy" and not self._present("node_entropy"):
+                from .signals import token_entropy_from_topk
+
+                col = token_entropy_from_topk(self.column("topk_logprobs"))[0]
+            else:
+                col = self.column(name)
+            try:
+                self._cache[key] = pack_nodes(col, dtype=self.dtype, n_agents=self.n_slots)
+            except ValueError as exc:
+                raise ValueError(f"{self.source or 'corpus'}: {name}: {exc}") from None
         return self._cache[key]
+
+    def edges(self) -> np.ndarray | None:
+        """The interaction graph from the ``predecessors`` column as packed bit rows
+        ``[T, N, A]`` (bit ``j`` of ``[t, n, i]``: node ``(t, i)`` read agent ``j`` of round
+        ``t-1``), or ``None`` when the corpus has none (use the protocol default)."""
+        if not self._present("predecessors"):
+            return None
+        if "edges" not in self._cache:
+            self._cache["edges"] = _pack_predecessors(
+                self.column("predecessors"), self.n_slots, self.labels
+            )
+        return self._cache["edges"]
 
     def correct(self) -> np.ndarray | None:
         """Labels ``[N]`` (bool) when every trajectory has one, else ``None``."""
@@ -119,3 +157,45 @@ class Batch:
         if col.null_count:
             return None
         return col.to_numpy(zero_copy_only=False).astype(bool)
+
+
+def _pack_predecessors(col: pa.Array, n_slots: int | None, labels) -> np.ndarray:
+    """``list<list<list<int>>>`` predecessors to packed bit rows ``[T, N, A]`` (uint32)."""
+    import pyarrow.compute as pc
+
+    rounds = pc.list_flatten(col)  # per (trajectory, round): list over agents
+    nodes = pc.list_flatten(rounds)  # per node: list of predecessor indices (null: silent)
+    lengths = pc.list_value_length(nodes).fill_null(0).to_numpy(zero_copy_only=False)
+    preds = pc.list_flatten(nodes).to_numpy(zero_copy_only=False).astype(np.int64)
+    owner = np.repeat(np.arange(len(nodes)), lengths)
+    limit = 32 if n_slots is None else n_slots
+    bad = (preds < 0) | (preds >= limit)
+    if bad.any():
+        # Find the trajectory of the offending node for the message.
+        node = int(owner[np.argmax(bad)])
+        per_round = pc.list_value_length(rounds).fill_null(0).to_numpy(zero_copy_only=False)
+        round_of_node = np.repeat(np.arange(len(rounds)), per_round)
+        per_traj = pc.list_value_length(col).fill_null(0).to_numpy(zero_copy_only=False)
+        traj = int(np.repeat(np.arange(len(col)), per_traj)[round_of_node[node]])
+        raise ValueError(
+            f"trajectory {labels[traj]}: predecessor {int(preds[np.argmax(bad)])} is not an "
+            f"agent slot in [0, {limit}) (field predecessors)"
+        )
+    bits = np.zeros(len(nodes), np.int64)
+    np.bitwise_or.at(bits, owner, np.left_shift(1, preds))
+    bits_col = pa.ListArray.from_arrays(
+        _offsets(rounds),
+        pa.array(bits, pa.int64(), mask=nodes.is_null().to_numpy(zero_copy_only=False)),
+    )
+    nested = pa.ListArray.from_arrays(_offsets(col), bits_col)
+    values, _, _ = pack_nodes(nested, dtype=np.uint32, n_agents=n_slots, fill=0)
+    return values
+
+
+def _offsets(col: pa.Array) -> pa.Array:
+    import pyarrow.compute as pc
+
+    lengths = pc.list_value_length(col).fill_null(0).to_numpy(zero_copy_only=False)
+    offsets = np.zeros(len(lengths) + 1, np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.array(offsets)

@@ -8,9 +8,10 @@ from collections.abc import Mapping
 import numpy as np
 
 from ._batch import Batch
+from ._runtime import run_bucketed
 from ._sauce import sauce_batch
 
-__all__ = ["run_sauce"]
+__all__ = ["CONFIDENCES", "node_confidence", "run_sauce", "run_umas", "run_umas_fix"]
 
 
 def _same_rounds(batch: Batch, mask: np.ndarray, other: np.ndarray, field: str) -> None:
@@ -35,3 +36,178 @@ def run_sauce(
         trajectory_ids=batch.labels, **params,
     )
     return out["score"]
+
+
+# --------------------------------------------------------------------------- node inputs
+
+CONFIDENCES = ("msp", "mean_logprob", "neg_entropy")
+
+
+def _first_bad(batch: Batch, bad: np.ndarray, field: str, what: str, values: np.ndarray):
+    """Raise naming the first bad node ``[T, N, A]`` in trajectory order."""
+    n, t, a = np.unravel_index(int(np.argmax(bad.transpose(1, 0, 2))),
+                               (bad.shape[1], bad.shape[0], bad.shape[2]))
+    raise ValueError(
+        f"trajectory {batch.labels[int(n)]}, round {int(t)}, agent {int(a)}: {field} = "
+        f"{values[t, n, a]} {what}"
+    )
+
+
+def node_confidence(batch: Batch, kind: str = "msp") -> tuple[np.ndarray, np.ndarray]:
+    """Node confidence ``c <= 0`` ``[T, N, A]`` and ``node_mask [T, N, A]``.
+
+    ``msp``: sum of token log-probabilities (``seq_logprob``); ``mean_logprob``:
+    ``seq_logprob / n_tokens``; ``neg_entropy``: minus the node's mean token entropy (nats).
+    Raises ValueError naming trajectory, round, agent and field for a NaN, positive
+    log-probability, negative entropy or token count below 1 at a valid node.
+    """
+    if kind not in CONFIDENCES:
+        raise ValueError(f"confidence must be one of {CONFIDENCES}, got {kind!r}")
+    if kind == "neg_entropy":
+        h, mask, _ = batch.nodes("node_entropy")
+        with np.errstate(invalid="ignore"):
+            bad = mask & ~(np.isfinite(h) & (h >= 0))
+        if bad.any():
+            _first_bad(batch, bad, "node_entropy", "is missing, negative or not finite", h)
+        return -h, mask
+    lp, mask, _ = batch.nodes("seq_logprob")
+    with np.errstate(invalid="ignore"):
+        bad = mask & ~(np.isfinite(lp) & (lp <= 0))
+    if bad.any():
+        _first_bad(batch, bad, "seq_logprob", "is not a finite log-probability <= 0", lp)
+    if kind == "msp":
+        return lp, mask
+    ntok, tok_mask, _ = batch.nodes("n_tokens")
+    bad = mask & ~(tok_mask & (ntok >= 1))
+    if bad.any():
+        _first_bad(batch, bad, "n_tokens", "is missing or below 1", ntok)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(mask, lp / np.where(mask, ntok, 1), 0), mask
+
+
+def _check_empty(batch: Batch, mask: np.ndarray, field: str) -> None:
+    empty = ~mask.reshape(mask.shape[0], mask.shape[1], -1).any(axis=(0, 2))
+    if empty.any():
+        n = int(np.argmax(empty))
+        raise ValueError(f"trajectory {batch.labels[n]}: no valid node (field {field})")
+
+
+def _run(batch: Batch, est_name: str, backend: str, fields: tuple[str, ...], batched):
+    from ._registry import get_estimator
+
+    kernel = get_estimator(est_name).kernel(backend)
+    if backend == "numpy":
+        return kernel(*[x for x, _, _ in batched], fields=fields)
+    return run_bucketed(kernel, batched, batch.n, batch.dtype, fields=fields)
+
+
+def run_umas(
+    batch: Batch, *, params: Mapping[str, object], protocol: str | None, backend: str,
+    field: str = "umas",
+) -> np.ndarray:
+    """UMAS (or UMAS_FIX with ``field="umas_fix"``) ``[N]`` over the interaction graph: the
+    ``predecessors`` column when present, else the protocol default (every other agent
+    active in the previous round)."""
+    conf, mask = node_confidence(batch, str(params.get("confidence") or "msp"))
+    _check_empty(batch, mask, "seq_logprob")
+    edges = batch.edges() if field == "umas" else None
+    batched = [(conf, 1, 0.0), (mask, 1, False)]
+    if edges is not None:
+        batched.append((edges, 1, 0))
+    return _run(batch, field, backend, (field,), batched)[field]
+
+
+def run_umas_fix(batch: Batch, *, params, protocol, backend) -> np.ndarray:
+    """UMAS_FIX ``[N]``: minus the mean static node confidence over valid nodes."""
+    return run_umas(batch, params=params, protocol=protocol, backend=backend, field="umas_fix")
+
+
+def _node_baseline(batch: Batch, name: str, backend: str) -> np.ndarray:
+    if name == "mean_token_entropy":
+        neg_h, mask = node_confidence(batch, "neg_entropy")  # validates
+        _check_empty(batch, mask, "node_entropy")
+        return _run_node(batch, name, backend, mask, node_entropy=-neg_h)
+    lp, mask = node_confidence(batch, "msp")
+    _check_empty(batch, mask, "seq_logprob")
+    if name == "msp_final":
+        return _run_node(batch, name, backend, mask, seq_logprob=lp)
+    node_confidence(batch, "mean_logprob")  # validates n_tokens
+    ntok, _, _ = batch.nodes("n_tokens")
+    return _run_node(batch, name, backend, mask, seq_logprob=lp, n_tokens=ntok)
+
+
+def _run_node(batch: Batch, name: str, backend: str, mask: np.ndarray, **inputs) -> np.ndarray:
+    from ._registry import get_estimator
+
+    est = get_estimator(name)
+    kernel = est.kernel(backend)  # node_baselines or node_baselines_numpy
+    order = ("seq_logprob", "n_tokens", "node_entropy")
+    if backend == "numpy":
+        return kernel(mask, *[inputs.get(k) for k in order], fields=(name,))[name]
+    present = [k for k in order if k in inputs]
+
+    def call(mask, *arrays, fields):
+        given = dict(zip(present, arrays, strict=True))
+        return kernel(mask, *[given.get(k) for k in order], fields=fields)
+
+    batched = [(mask, 1, False)] + [(inputs[k], 1, 0.0) for k in present]
+    return run_bucketed(call, batched, batch.n, batch.dtype, fields=(name,))[name]
+
+
+def run_node_baseline(name: str):
+    """The runner of the node-level baseline ``name`` (msp_final, perplexity_final,
+    mean_token_entropy)."""
+
+    def run(batch: Batch, *, params, protocol, backend) -> np.ndarray:
+        return _node_baseline(batch, name, backend)
+
+    return run
+
+
+def _round_baseline(batch: Batch, name: str, backend: str) -> np.ndarray:
+    a, mask = batch.rounds("agreement")
+    empty = ~mask.any(axis=0)
+    if empty.any():
+        raise ValueError(f"trajectory {batch.labels[int(np.argmax(empty))]}: no executed round "
+                         "(field agreement)")
+    with np.errstate(invalid="ignore"):
+        bad = mask & ~(np.isfinite(a) & (a >= 0) & (a <= 1))
+    if bad.any():
+        n, t = np.unravel_index(int(np.argmax(bad.T)), bad.T.shape)
+        raise ValueError(f"trajectory {batch.labels[int(n)]}, round {int(t)}: agreement = "
+                         f"{a[t, n]} is missing or outside [0, 1]")
+    inputs = [(a, 1, 0.0), (mask, 1, False)]
+    if name == "weighted_agreement":
+        h, mask_h = batch.rounds("token_entropy")
+        _same_rounds(batch, mask, mask_h, "token_entropy")
+        with np.errstate(invalid="ignore"):
+            bad = mask & ~(np.isfinite(h) & (h >= 0))
+        if bad.any():
+            n, t = np.unravel_index(int(np.argmax(bad.T)), bad.T.shape)
+            raise ValueError(f"trajectory {batch.labels[int(n)]}, round {int(t)}: "
+                             f"token_entropy = {h[t, n]} is missing or negative")
+        inputs.append((h, 1, 0.0))
+    from ._registry import get_estimator
+
+    kernel = get_estimator(name).kernel(backend)  # round_baselines(_numpy)
+    if backend == "numpy":
+        return kernel(*[x for x, _, _ in inputs], fields=(name,))[name]
+    return run_bucketed(kernel, inputs, batch.n, batch.dtype, fields=(name,))[name]
+
+
+def run_round_baseline(name: str):
+    """The runner of the round-level baseline ``name`` (last_agreement, mean_agreement,
+    weighted_agreement)."""
+
+    def run(batch: Batch, *, params, protocol, backend) -> np.ndarray:
+        return _round_baseline(batch, name, backend)
+
+    return run
+
+
+run_msp_final = run_node_baseline("msp_final")
+run_perplexity_final = run_node_baseline("perplexity_final")
+run_mean_token_entropy = run_node_baseline("mean_token_entropy")
+run_last_agreement = run_round_baseline("last_agreement")
+run_mean_agreement = run_round_baseline("mean_agreement")
+run_weighted_agreement = run_round_baseline("weighted_agreement")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -86,12 +86,18 @@ def _canonical(batch: pa.RecordBatch, row0: int, path: Path) -> pa.Table:
         col = _column(batch, name)
         if col is not None:
             columns[name] = col.cast(typ)
+    for name in batch.schema.names:  # everything else passes through untouched
+        if name not in columns and name not in ("signals", "record_uid"):
+            columns[name] = _column(batch, name)
     return pa.table(columns)
 
 
-def iter_signal_chunks(path: str | os.PathLike, chunk_rows: int = 1 << 18) -> Iterator[pa.Table]:
+def iter_signal_chunks(
+    path: str | os.PathLike, chunk_rows: int = 1 << 18, columns: Sequence[str] | None = None
+) -> Iterator[pa.Table]:
     """Read ``path`` chunk by chunk (about ``chunk_rows`` records each), in file order, as
-    tables of canonical columns (see :func:`_canonical`)."""
+    tables of canonical columns (see :func:`_canonical`). ``columns`` restricts what is read
+    from Parquet (the id, protocol and label columns are always read)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
@@ -100,11 +106,9 @@ def iter_signal_chunks(path: str | os.PathLike, chunk_rows: int = 1 << 18) -> It
         import pyarrow.parquet as pq
 
         pf = pq.ParquetFile(path)
-        wanted = [
-            c
-            for c in ("trajectory_id", "record_uid", "protocol", "correct", "agreement",
-                      "token_entropy", "signals")
-            if c in pf.schema_arrow.names
+        always = ("trajectory_id", "record_uid", "protocol", "correct", "signals")
+        wanted = None if columns is None else [
+            c for c in pf.schema_arrow.names if c in always or c in columns
         ]
         batches = pf.iter_batches(batch_size=chunk_rows, columns=wanted)
     else:

@@ -145,8 +145,7 @@ def pack_nodes(
     r_e = np.repeat(np.arange(n_r.size), slot_len)
     k_e = np.arange(r_e.size) - np.repeat(slot_off[:-1], slot_len)
     valid = flat.is_valid().to_numpy(zero_copy_only=False)
-    t_e, n_e = t_r[r_e], n_r[r_e]
-    values[t_e, n_e, k_e] = flat.to_numpy(zero_copy_only=False)
-    node_mask[t_e, n_e, k_e] = valid
-    values[~node_mask] = fill
+    t_e, n_e, k_e = t_r[r_e][valid], n_r[r_e][valid], k_e[valid]
+    values[t_e, n_e, k_e] = flat.drop_null().to_numpy(zero_copy_only=False)
+    node_mask[t_e, n_e, k_e] = True
     return values, node_mask, round_mask

@@ -85,6 +85,19 @@ SAUCE_PRESETS: Mapping[str, Mapping[str, float]] = MappingProxyType(
     }
 )
 
+def _baseline(name: str, module_kernel: str, inputs: tuple[str, ...], description: str):
+    return Estimator(
+        name=name,
+        inputs=inputs,
+        params=(),
+        presets=MappingProxyType({}),
+        jax_kernel=f"baselines:{module_kernel}",
+        numpy_kernel=f"baselines:{module_kernel}_numpy",
+        runner=f"_estimators:run_{name}",
+        description=description,
+    )
+
+
 ESTIMATORS: Mapping[str, Estimator] = MappingProxyType(
     {
         "sauce": Estimator(
@@ -97,6 +110,43 @@ ESTIMATORS: Mapping[str, Estimator] = MappingProxyType(
             runner="_estimators:run_sauce",
             description="SAUCE lambda-Kalman filter over agreement and token entropy",
         ),
+        "umas": Estimator(
+            name="umas",
+            inputs=("seq_logprob", "node_mask"),
+            params=("confidence",),
+            presets=MappingProxyType({}),
+            jax_kernel="umas:umas_scan",
+            numpy_kernel="umas:umas_scan_numpy",
+            runner="_estimators:run_umas",
+            description="UMAS trust-weighted dynamic confidence over the interaction graph",
+        ),
+        "umas_fix": Estimator(
+            name="umas_fix",
+            inputs=("seq_logprob", "node_mask"),
+            params=("confidence",),
+            presets=MappingProxyType({}),
+            jax_kernel="umas:umas_scan",
+            numpy_kernel="umas:umas_scan_numpy",
+            runner="_estimators:run_umas_fix",
+            description="UMAS_FIX: minus the mean static node confidence",
+        ),
+        "msp_final": _baseline("msp_final", "node_baselines", ("seq_logprob", "node_mask"),
+                               "minus the mean sequence log-probability of the final nodes"),
+        "perplexity_final": _baseline(
+            "perplexity_final", "node_baselines", ("seq_logprob", "n_tokens", "node_mask"),
+            "mean perplexity exp(-seq_logprob / n_tokens) of the final nodes"),
+        "mean_token_entropy": _baseline(
+            "mean_token_entropy", "node_baselines", ("node_entropy",),
+            "mean over all nodes of the node's mean token entropy (nats)"),
+        "last_agreement": _baseline("last_agreement", "round_baselines",
+                                    ("agreement", "round_mask"),
+                                    "minus the agreement of the last executed round"),
+        "mean_agreement": _baseline("mean_agreement", "round_baselines",
+                                    ("agreement", "round_mask"),
+                                    "minus the mean agreement over executed rounds"),
+        "weighted_agreement": _baseline(
+            "weighted_agreement", "round_baselines", ("agreement", "token_entropy", "round_mask"),
+            "minus the static precision-weighted agreement (weights 1/R_t)"),
     }
 )
 

@@ -104,3 +104,72 @@ def _mesh(devices: tuple):
 def jax_imported() -> bool:
     """Whether JAX has been imported in this process (for tests of import cost)."""
     return "jax" in sys.modules
+
+
+def _pad_axis(x: np.ndarray, axis: int, width: int, fill) -> np.ndarray:
+    size = x.shape[axis]
+    if size == width:
+        return np.ascontiguousarray(x)
+    shape = list(x.shape)
+    shape[axis] = width
+    padded = np.full(shape, fill, x.dtype)
+    index = [slice(None)] * x.ndim
+    index[axis] = slice(0, size)
+    padded[tuple(index)] = x
+    return padded
+
+
+def run_bucketed(
+    fn,
+    batched: list[tuple[np.ndarray, int, object]],
+    n: int,
+    dtype: np.dtype,
+    chunk_size: int = 1 << 20,
+    **kwargs,
+) -> dict[str, np.ndarray]:
+    """Run a jitted kernel over ``n`` trajectories in bucket-sized chunks.
+
+    Args:
+      fn: ``fn(*arrays, **kwargs) -> dict name -> array`` whose outputs carry the batch on
+        axis 0 (``[N]``) or axis 1 (``[T, N, ...]``).
+      batched: ``(array, batch_axis, pad_fill)`` per positional argument; a 0-d array (a
+        scalar parameter) is passed as it is.
+      n: trajectories; dtype: the float dtype (float64 runs under a scoped x64).
+      chunk_size: largest chunk (a power of two); smaller ones are padded to a power of two
+        of at least ``MIN_BUCKET``, so ``fn`` compiles once per bucket.
+
+    Returns:
+      dict name -> NumPy array with the batch axis of length ``n``.
+    """
+    import jax
+
+    out: dict[str, np.ndarray] = {}
+    with x64_scope(dtype):
+        for start in range(0, max(n, 1), chunk_size):
+            stop = min(n, start + chunk_size)
+            size = stop - start
+            width = bucket_size(size, chunk_size)
+            args = []
+            for x, axis, fill in batched:
+                if x.ndim == 0:
+                    args.append(x)
+                    continue
+                index = [slice(None)] * x.ndim
+                index[axis] = slice(start, stop)
+                part = _pad_axis(x[tuple(index)], axis, width, fill)
+                sharding = batch_sharding(width, part.ndim, axis)
+                args.append(part if sharding is None else jax.device_put(part, sharding))
+            res = fn(*args, **kwargs)
+            for name, value in res.items():
+                value = np.asarray(value)
+                axis = 0 if value.ndim == 1 else 1
+                if name not in out:
+                    shape = list(value.shape)
+                    shape[axis] = n
+                    out[name] = np.empty(shape, value.dtype)
+                index = [slice(None)] * value.ndim
+                index[axis] = slice(start, stop)
+                take = [slice(None)] * value.ndim
+                take[axis] = slice(0, size)
+                out[name][tuple(index)] = value[tuple(take)]
+    return out

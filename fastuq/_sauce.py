@@ -15,7 +15,7 @@ import numpy as np
 
 from ._pack import pack_ragged
 from ._registry import SAUCE_PRESETS, get_estimator
-from ._runtime import batch_sharding, bucket_size, x64_scope
+from ._runtime import run_bucketed
 
 __all__ = [
     "ENTROPY_FLOOR",
@@ -402,44 +402,11 @@ def sauce_batch(
     if backend == "numpy":
         p = SauceParams(params["lam"], params["q"], params["sigma2_0"], params["mu_0"])
         return kernel(a, h, mask, p, fields=fields)
-    return _run_jax_chunks(kernel, a, h, mask, params, fields, chunk_size)
+    names = ("lam", "q", "sigma2_0", "mu_0")
 
+    def call(a, h, mask, *p, fields):
+        return kernel(a, h, mask, SauceParams(*p), fields=fields)
 
-def _run_jax_chunks(kernel, a, h, mask, params, fields, chunk_size) -> dict[str, np.ndarray]:
-    import jax
-
-    from .kernels.sauce import SauceParams
-
-    t_max, n = a.shape
-    dtype = a.dtype
-    out = {
-        f: np.empty((t_max, n) if f in ("mu", "sigma2", "K_t", "S_t", "nu_t") else (n,), dtype)
-        for f in fields
-    }
-    with x64_scope(dtype):
-        for start in range(0, n, chunk_size):
-            stop = min(n, start + chunk_size)
-            size = stop - start
-            width = bucket_size(size, chunk_size)
-            arrays = [_pad(x[:, start:stop], width, fill) for x, fill in
-                      ((a, 0.0), (h, 0.0), (mask, False))]
-            p = [v if v.ndim == 0 else _pad(v[start:stop], width, 1.0) for v in
-                 (params["lam"], params["q"], params["sigma2_0"], params["mu_0"])]
-            sharding = batch_sharding(width, 2, axis=1)
-            if sharding is not None:
-                arrays = [jax.device_put(x, sharding) for x in arrays]
-                vec = batch_sharding(width, 1, axis=0)
-                p = [x if x.ndim == 0 else jax.device_put(x, vec) for x in p]
-            res = kernel(*arrays, SauceParams(*p), fields=fields)
-            for f in fields:
-                out[f][..., start:stop] = np.asarray(res[f])[..., :size]
-    return out
-
-
-def _pad(x: np.ndarray, width: int, fill) -> np.ndarray:
-    size = x.shape[-1]
-    if size == width:
-        return np.ascontiguousarray(x)
-    padded = np.full(x.shape[:-1] + (width,), fill, x.dtype)
-    padded[..., :size] = x
-    return padded
+    batched = [(a, 1, 0.0), (h, 1, 0.0), (mask, 1, False)]
+    batched += [(params[k], 0, 1.0) for k in names]
+    return run_bucketed(call, batched, n, dtype, chunk_size, fields=fields)

@@ -41,6 +41,38 @@ def available_methods(batch: Batch) -> tuple[str, ...]:
     )
 
 
+#: Corpus columns each packed input is built from.
+_INPUT_COLUMNS = {
+    "agreement": ("agreement",),
+    "round_mask": ("agreement",),
+    "token_entropy": ("token_entropy",),
+    "seq_logprob": ("seq_logprob", "n_agents", "predecessors"),
+    "node_mask": ("seq_logprob", "n_agents"),
+    "n_tokens": ("n_tokens", "n_agents"),
+    "node_entropy": ("node_entropy", "topk_logprobs", "n_agents"),
+}
+
+
+def _columns_for(
+    methods: str | Sequence[str], params: Mapping[str, object]
+) -> list[str] | None:
+    """Columns to read for ``methods`` with ``params`` (``None``: all, for ``"all"``)."""
+    if isinstance(methods, str):
+        methods = [m.strip() for m in methods.split(",") if m.strip()]
+    if "all" in methods:
+        return None
+    cols = {"question_id"}
+    for m in methods:
+        for i in get_estimator(m).inputs:
+            cols.update(_INPUT_COLUMNS.get(i, (i,)))
+    confidence = params.get("confidence")
+    if confidence == "mean_logprob":
+        cols.update(_INPUT_COLUMNS["n_tokens"])
+    elif confidence == "neg_entropy":
+        cols.update(_INPUT_COLUMNS["node_entropy"])
+    return sorted(cols)
+
+
 def _resolve_methods(methods: str | Sequence[str], batch: Batch) -> tuple[str, ...]:
     if isinstance(methods, str):
         methods = [m.strip() for m in methods.split(",") if m.strip()]
@@ -84,9 +116,10 @@ def iter_scores(
         raise ValueError(f"observation noise must be finite and >= 0, got {observation_noise}")
     params = {k: v for k, v in (params or {}).items() if v is not None}
     source_name = Path(source).name
+    columns = _columns_for(methods, params)
     row0 = 0
     resolved: tuple[str, ...] | None = None
-    for table in iter_signal_chunks(source, chunk_rows):
+    for table in iter_signal_chunks(source, chunk_rows, columns):
         batch = Batch(table, source=source_name, row0=row0, dtype=np.dtype(dtype),
                       observation_noise=observation_noise)
         if resolved is None:
@@ -114,17 +147,18 @@ def score(
     **params: object,
 ) -> pa.Table:
     """Score a corpus in memory: a table with ``trajectory_id``, one float64 column per
-    method (uncertainty; higher = less likely correct) and ``correct`` when the corpus has
-    labels. See :func:`score_file` for the arguments; ``params`` are estimator parameters
-    (``lam=``, ``q=``, ...)."""
+    method (uncertainty; higher = less likely correct), and ``question_id`` and ``correct``
+    when the corpus has them. See :func:`score_file` for the arguments; ``params`` are
+    estimator parameters (``lam=``, ``q=``, ``confidence=``, ...)."""
     tables = []
     for batch, scores in iter_scores(
         source, methods=methods, protocol=protocol, params=params, dtype=dtype,
         backend=backend, chunk_rows=chunk_rows, observation_noise=observation_noise,
     ):
         cols = {"trajectory_id": batch.ids, **scores}
-        if "correct" in batch.table.column_names:
-            cols["correct"] = batch.column("correct")
+        for extra in ("question_id", "correct"):
+            if extra in batch.table.column_names:
+                cols[extra] = batch.column(extra)
         tables.append(pa.table(cols))
     return pa.concat_tables(tables)
 
