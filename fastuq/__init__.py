@@ -21,7 +21,7 @@ from ._signals import compute_token_entropy, majority_margin
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("kernels", "metrics", "synth")
+_SUBMODULES = ("evaluation", "kernels", "metrics", "selection", "synth")
 
 __all__ = [
     "ESTIMATORS",
