@@ -139,19 +139,25 @@ def _node_baseline(batch: Batch, name: str, backend: str) -> np.ndarray:
 def _run_node(batch: Batch, name: str, backend: str, mask: np.ndarray, **inputs) -> np.ndarray:
     from ._registry import get_estimator
 
-    est = get_estimator(name)
-    kernel = est.kernel(backend)  # node_baselines or node_baselines_numpy
-    order = ("seq_logprob", "n_tokens", "node_entropy")
+    kernel = get_estimator(name).kernel(backend)  # node_baselines or node_baselines_numpy
     if backend == "numpy":
-        return kernel(mask, *[inputs.get(k) for k in order], fields=(name,))[name]
-    present = [k for k in order if k in inputs]
-
-    def call(mask, *arrays, fields):
-        given = dict(zip(present, arrays, strict=True))
-        return kernel(mask, *[given.get(k) for k in order], fields=fields)
-
+        return kernel(mask, *[inputs.get(k) for k in _NODE_INPUTS], fields=(name,))[name]
+    present = tuple(k for k in _NODE_INPUTS if k in inputs)
     batched = [(mask, 1, False)] + [(inputs[k], 1, 0.0) for k in present]
-    return run_bucketed(call, batched, batch.n, batch.dtype, fields=(name,))[name]
+    return run_bucketed(_node_call, batched, batch.n, batch.dtype, present=present,
+                        fields=(name,))[name]
+
+
+_NODE_INPUTS = ("seq_logprob", "n_tokens", "node_entropy")
+
+
+def _node_call(mask, *arrays, present: tuple[str, ...], fields: tuple[str, ...]):
+    """``node_baselines`` with only the ``present`` inputs passed positionally (a stable
+    function, so compiled wrappers are cached)."""
+    from .kernels.baselines import node_baselines
+
+    given = dict(zip(present, arrays, strict=True))
+    return node_baselines(mask, *[given.get(k) for k in _NODE_INPUTS], fields=fields)
 
 
 def run_node_baseline(name: str):

@@ -402,11 +402,13 @@ def sauce_batch(
     if backend == "numpy":
         p = SauceParams(params["lam"], params["q"], params["sigma2_0"], params["mu_0"])
         return kernel(a, h, mask, p, fields=fields)
-    names = ("lam", "q", "sigma2_0", "mu_0")
-
-    def call(a, h, mask, *p, fields):
-        return kernel(a, h, mask, SauceParams(*p), fields=fields)
-
     batched = [(a, 1, 0.0), (h, 1, 0.0), (mask, 1, False)]
-    batched += [(params[k], 0, 1.0) for k in names]
-    return run_bucketed(call, batched, n, dtype, chunk_size, fields=fields)
+    batched += [(params[k], 0, 1.0) for k in ("lam", "q", "sigma2_0", "mu_0")]
+    return run_bucketed(_sauce_call, batched, n, dtype, chunk_size, fields=fields)
+
+
+def _sauce_call(a, h, mask, lam, q, sigma2_0, mu_0, *, fields):
+    """The JAX kernel with flat parameters (a stable function, so wrappers cache)."""
+    from .kernels.sauce import SauceParams, sauce_scan
+
+    return sauce_scan(a, h, mask, SauceParams(lam, q, sigma2_0, mu_0), fields=fields)

@@ -116,7 +116,38 @@ def _select(result: dict, fields: tuple[str, ...]) -> dict:
     return {name: result[name] for name in fields}
 
 
-@partial(jax.jit, static_argnames=("fields", "unroll"))
+#: Trajectories per cache-sized block for long debates (see :func:`sauce_scan`).
+BLOCK = 1 << 14
+
+
+def _default_block(t_max: int, n: int) -> int | None:
+    # Fully unrolled over many rounds, XLA splits the scan into several passes over memory;
+    # for long debates, a loop over cache-sized blocks of trajectories keeps the carry and
+    # the per-round intermediates in cache (measured 1.3-2.5x faster at T = 15 on CPU).
+    # At T <= 4 one fused pass is already at the memory floor.
+    return BLOCK if t_max > 4 and n > BLOCK and n % BLOCK == 0 else None
+
+
+def _scan(agreement, token_entropy, round_mask, params: SauceParams, fields, unroll) -> dict:
+    dtype = agreement.dtype
+    zero = jnp.zeros_like(agreement[0])  # carries the input's sharding (works in shard_map)
+    init = (zero + params.mu_0, zero + params.sigma2_0, zero, zero, zero)
+    with_trace = any(name in TRACE_FIELDS for name in fields)
+    carry, outs = lax.scan(
+        partial(_step if with_trace else _step_summary, params),
+        init,
+        (agreement, token_entropy.astype(dtype), round_mask),
+        unroll=unroll,
+    )
+    result = _summaries(carry)
+    if with_trace:
+        nan = jnp.asarray(jnp.nan, dtype)
+        for name, value in zip(TRACE_FIELDS, outs, strict=True):
+            result[name] = jnp.where(round_mask, value, nan)
+    return _select(result, fields)
+
+
+@partial(jax.jit, static_argnames=("fields", "unroll", "block"))
 def sauce_scan(
     agreement: jax.Array,
     token_entropy: jax.Array,
@@ -125,6 +156,7 @@ def sauce_scan(
     *,
     fields: tuple[str, ...] = ("score",),
     unroll: int | bool | None = None,
+    block: int | None = None,
 ) -> dict[str, jax.Array]:
     """SAUCE over a padded batch, jitted.
 
@@ -137,7 +169,10 @@ def sauce_scan(
         and ``TRACE_FIELDS`` (``[T, N]``, NaN where the round is masked). Only what is asked
         for is written, which matters at memory bandwidth.
       unroll: ``lax.scan`` unroll factor; ``None`` picks full unrolling for ``T <= 64``.
-        A compile-time choice only: the numbers are the same.
+      block: run the scan over blocks of this many trajectories in a loop (``N`` must be a
+        multiple); ``None`` picks :data:`BLOCK` for ``T > 4`` when it divides ``N``, else no
+        blocking; ``0`` disables it. ``unroll`` and ``block`` are compile-time choices only:
+        the numbers are the same.
 
     Returns:
       dict name -> array in the input float dtype. ``n_rounds`` counts executed rounds;
@@ -146,21 +181,34 @@ def sauce_scan(
     dtype = agreement.dtype
     t_max, n = agreement.shape
     params = SauceParams(*(jnp.asarray(p, dtype) for p in params))
-    zero = jnp.zeros((n,), dtype)
-    init = (zero + params.mu_0, zero + params.sigma2_0, zero, zero, zero)
-    with_trace = any(name in TRACE_FIELDS for name in fields)
-    carry, outs = lax.scan(
-        partial(_step if with_trace else _step_summary, params),
-        init,
-        (agreement, token_entropy.astype(dtype), round_mask),
-        unroll=_default_unroll(t_max) if unroll is None else unroll,
+    unroll = _default_unroll(t_max) if unroll is None else unroll
+    block = _default_block(t_max, n) if block is None else (block or None)
+    if block is None or block >= n:
+        return _scan(agreement, token_entropy, round_mask, params, fields, unroll)
+    if n % block:
+        raise ValueError(f"block={block} does not divide the batch size {n}")
+    params = SauceParams(*(jnp.broadcast_to(p, (n,)) if p.ndim else p for p in params))
+    inputs = (agreement, token_entropy, round_mask)
+    shapes = jax.eval_shape(
+        lambda *x: _scan(*x, fields=fields, unroll=unroll),
+        *(jax.ShapeDtypeStruct(x.shape[:-1] + (block,), x.dtype) for x in inputs),
+        SauceParams(*(jax.ShapeDtypeStruct((block,) if p.ndim else (), p.dtype)
+                      for p in params)),
     )
-    result = _summaries(carry)
-    if with_trace:
-        nan = jnp.asarray(jnp.nan, dtype)
-        for name, value in zip(TRACE_FIELDS, outs, strict=True):
-            result[name] = jnp.where(round_mask, value, nan)
-    return _select(result, fields)
+    outs = {k: jnp.zeros(v.shape[:-1] + (n,), v.dtype) for k, v in shapes.items()}
+
+    def body(i, outs):
+        start = i * block
+
+        def cut(x):
+            return lax.dynamic_slice_in_dim(x, start, block, axis=x.ndim - 1)
+
+        res = _scan(*(cut(x) for x in inputs),
+                    SauceParams(*(cut(p) if p.ndim else p for p in params)), fields, unroll)
+        return {k: lax.dynamic_update_slice_in_dim(outs[k], res[k], start, axis=outs[k].ndim - 1)
+                for k in outs}
+
+    return lax.fori_loop(0, n // block, body, outs)
 
 
 def sauce_scan_numpy(

@@ -123,3 +123,19 @@ def test_float32_matches_float64_reference_to_1e5():
     ref = sauce_scan_numpy(a, h, m, p)["score"]
     got = _run_jax(a.astype(np.float32), h.astype(np.float32), m, p, ("score",))["score"]
     np.testing.assert_allclose(got, ref, atol=1e-5)
+
+
+@pytest.mark.parametrize("per_trajectory", [False, True])
+def test_cache_blocked_path_equals_single_pass(per_trajectory):
+    rng = np.random.default_rng(5)
+    a, h, m = _random_batch(rng, 4096, 9, np.float64)
+    p = _params(rng, 4096, per_trajectory, np.float64)
+    with jax.enable_x64(True):
+        whole = sauce_scan(a, h, m, p, fields=ALL, block=0)
+        blocked = sauce_scan(a, h, m, p, fields=ALL, block=1024)
+        for name in ALL:
+            np.testing.assert_array_equal(np.asarray(blocked[name]), np.asarray(whole[name]),
+                                          err_msg=name)
+    with pytest.raises(ValueError, match="does not divide"):
+        sauce_scan(a[:, :1000], h[:, :1000], m[:, :1000], SauceParams(0.9, 0.1, 0.2, 0.0),
+                   block=512)

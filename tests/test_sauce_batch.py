@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import fastuq
-from fastuq.kernels.sauce import sauce_scan
+from fastuq._runtime import compiled_count
 
 
 def _ragged(rng, n, t_max):
@@ -67,9 +67,12 @@ def test_second_batch_of_same_bucket_does_not_recompile():
     a1, h1 = _ragged(rng, 1000, 3)
     a2, h2 = _ragged(rng, 700, 3)
     fastuq.sauce_batch(a1, h1, dtype=np.float32)
-    before = sauce_scan._cache_size()
+    before = compiled_count()
+    assert before > 0
     fastuq.sauce_batch(a2, h2, dtype=np.float32, q=0.2)  # new size and values, same bucket
-    assert sauce_scan._cache_size() == before
+    assert compiled_count() == before
+    fastuq.sauce_batch([[0.5] * 23], [[0.1] * 23], dtype=np.float32)  # a new shape compiles
+    assert compiled_count() > before
 
 
 def test_float64_does_not_change_global_jax_config():

@@ -1,0 +1,49 @@
+"""Sharding over several XLA host devices changes no score and compiles once per bucket.
+
+Runs in a subprocess, since the device count is fixed when JAX starts."""
+
+import subprocess
+import sys
+import textwrap
+
+
+def test_two_host_devices_give_the_same_scores_and_do_not_recompile(tmp_path):
+    code = textwrap.dedent(
+        f"""
+        import numpy as np
+        import pyarrow.parquet as pq
+        import fastuq
+        assert fastuq.use_cpu_devices(2) == 2
+        import jax
+        assert len(jax.devices()) == 2
+        from fastuq._runtime import compiled_count
+        from fastuq.synth import corpus
+
+        path = "{tmp_path}/c.parquet"
+        pq.write_table(corpus(3000, protocol="mixed", seed=2, topk=2), path)
+        ref = fastuq.score(path, "all", backend="numpy")
+        got = fastuq.score(path, "all", chunk_rows=1024)
+        for name in ref.column_names:
+            if name in ("trajectory_id", "question_id", "correct"):
+                continue
+            np.testing.assert_allclose(got[name].to_numpy(), ref[name].to_numpy(),
+                                       rtol=1e-12, atol=1e-12, err_msg=name)
+        before = compiled_count()
+        again = fastuq.score(path, "all", chunk_rows=1024)  # same buckets: no compilation
+        assert compiled_count() == before, (before, compiled_count())
+        # Long debates take the cache-blocked path on each device.
+        rng = np.random.default_rng(0)
+        n, t = 70000, 9
+        a = rng.integers(0, 4, (t, n)) / 3.0
+        h = rng.exponential(0.3, (t, n))
+        m = np.arange(t)[:, None] < rng.integers(1, t + 1, n)[None, :]
+        out = fastuq.sauce_batch(a, h, m, chunk_size=1 << 16)["score"]
+        ref = fastuq.sauce_batch(a, h, m, backend="numpy")["score"]
+        np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-12)
+        print("ok")
+        """
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.strip().endswith("ok")
