@@ -21,7 +21,10 @@ from ._signals import compute_token_entropy, majority_margin
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("evaluation", "kernels", "metrics", "selection", "synth")
+_SUBMODULES = (
+    "answers", "evaluation", "importers", "kernels", "metrics", "readers", "schema",
+    "selection", "signals", "synth",
+)
 
 __all__ = [
     "ESTIMATORS",

@@ -18,6 +18,7 @@ __all__ = ["COMMANDS", "main", "sample_corpus_path"]
 #: Subcommands, in the order ``--help`` lists them, and their modules.
 COMMANDS: dict[str, str] = {
     "score": "fastuq._cli_score",
+    "import": "fastuq._cli_import",
     "eval": "fastuq._cli_eval",
     "select": "fastuq._cli_select",
 }

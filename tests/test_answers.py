@@ -1,0 +1,296 @@
+"""fastuq.answers: extraction on real DyLAN responses, normalisation, equivalence, classes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fastuq import answers as A
+from fastuq.answers import (
+    answer_classes,
+    answers_equivalent,
+    check_answers,
+    extract_answer,
+    extract_answers,
+    normalize_answer,
+    numeric_value,
+)
+
+DATA = Path(__file__).parent / "data" / "dylan_math"
+HAS_MATH_VERIFY = A.math_verify_available()
+
+
+def _response(stem: str, record: int, history: int, round_: int) -> str:
+    data = json.loads((DATA / f"{stem}.json").read_text())
+    contexts = list(data.values())[record][0]
+    return [m["content"] for m in contexts[history] if m["role"] == "assistant"][round_]
+
+
+IA = "intermediate_algebra_0_207_4_3"
+CP = "counting_and_probability_228_481_4_3"
+
+# (file, record, history, round, the answer the response states), read by hand from the texts.
+REAL_RESPONSES = [
+    (IA, 0, 0, 0, r"1,\frac{288}{149},3"),  # "... are $\boxed{1,\frac{288}{149},3}.$"
+    (IA, 0, 1, 0, "4,-1"),  # "Thus, the solutions are $\boxed{4,-1}.$"
+    (IA, 1, 0, 0, "1"),  # "there is only $\boxed{1}$ integer value of $k$ ..., namely $k=2$"
+    (IA, 1, 2, 0, r"+\infty"),  # "... = \boxed{+\infty}$ integer values"
+    (IA, 2, 0, 0, "12"),  # "... closer ... compared to Sasha's. The answer is 12."
+    (IA, 3, 0, 0, "-12"),  # "Therefore, the answer is $\boxed{-12}$."
+    (IA, 5, 0, 0, "4"),  # "our final answer is $k= \boxed{4}.$"
+    (IA, 5, 3, 0, "0"),  # no box, no "answer is": the last number ("... and $k=0,$ ...")
+    (IA, 8, 0, 0, "19-Q"),  # "$A+B+C = -Q+19 = \boxed{19-Q}.$"
+    (IA, 8, 2, 0, r"-\frac{16}{9}"),  # nested braces: "\boxed{-\frac{16}{9}}"
+    (IA, 20, 0, 0, "75"),  # "Therefore, the answer is $75$."
+    (IA, 25, 1, 0, r"\frac{1}{2}\left(1-\frac{1}{10\sqrt[4]{10}}\right)"),  # "answer is $...$."
+    (IA, 26, 1, 0, "(x^6 - x + 1)"),  # "The answer is $(x^6 - x + 1)$."
+    (CP, 2, 0, 0, r"\frac{320}{729}"),  # "... \approx 0.439$. The answer is $\frac{320}{729}$."
+]
+
+
+@pytest.mark.parametrize("stem,record,history,round_,expected", REAL_RESPONSES)
+def test_extract_answer_real_dylan_responses(stem, record, history, round_, expected):
+    assert extract_answer(_response(stem, record, history, round_)) == expected
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        (r"so $x = \boxed{\frac{a}{b^{2}}}$ and done", r"\frac{a}{b^{2}}"),  # nested braces
+        (r"first \boxed{1}, then \boxed{2}.", "2"),  # the last box
+        (r"\fbox{7} is it", "7"),
+        (r"\boxed{3} then a cut-off \boxed{\frac{1}{", "3"),  # unclosed box skipped
+        (r"empty \boxed{} then 4", "4"),
+        (r"\boxed 5$ done", "5"),  # MATH's brace-less form
+        (r"The answer is \boxed{4}. The answer is 5.", "4"),  # boxed wins
+        ("Adding them: The answer is 1,234.", "1,234"),
+        ("The final answer is: $-\\frac{3}{4}$. Done.", "-\\frac{3}{4}"),
+        ("so THE ANSWER IS 3.5.", "3.5"),
+        ("the answer is (C) because of 5 reasons", "C"),
+        ("Thus the answer is that the area is 78 square units.", "78"),
+        ("the answer is indeed 720 degrees.", "720"),
+        ("The answer is 5, as the first agent found.", "5"),
+        ("The answer is no solution.", "no solution"),
+        ("I pick (B)", "B"),
+        ("I pick (B) over (A)", "A"),  # the last letter
+        ("option (B) gives 42 apples", "42"),  # a number after the letter: not a choice
+        ("it costs 1,234,567 dollars", "1234567"),
+        ("x = 3-5", "5"),  # binary minus
+        ("the value is -5.", "-5"),
+        ("about .5 of them", ".5"),
+        ("a ratio of 3/4.", "3/4"),
+        ("with 2.75 left", "2.75"),
+    ],
+)
+def test_extract_answer_rules(text, expected):
+    assert extract_answer(text) == expected
+
+
+@pytest.mark.parametrize("text", [None, "", "No numbers at all.", "The answer is", "(x)"])
+def test_extract_answer_none(text):
+    assert extract_answer(text) is None
+
+
+def test_extract_answers_keeps_positions():
+    assert extract_answers([r"\boxed{1}", None, "nothing", "7 apples"]) == ["1", None, None, "7"]
+
+
+def test_extract_answer_rejects_non_strings():
+    with pytest.raises(TypeError):
+        extract_answer(5)
+
+
+@pytest.mark.parametrize(
+    "raw,expected",
+    [
+        (r"$x = \dfrac{1}{2}$.", r"\frac{1}{2}"),
+        (r"\boxed{\text{(B)}}", "B"),
+        ("(C)", "C"),
+        (r"5 \text{ cm}", "5"),
+        ("12 inches", "12"),
+        ("414 green beads left over", "414"),
+        ("2 pi", "2pi"),  # not a unit
+        ("5x", "5x"),
+        ("x = 5", "5"),
+        ("k=2x+1", "2x+1"),
+        ("t(f(-2)) = 5", "5"),
+        ("2x - y + 3z + 8 = 0", "2x-y+3z+8=0"),  # an equation is kept
+        ("f(x)=x+1", "f(x)=x+1"),
+        ("+3", "3"),
+        (".5", "0.5"),
+        (r"\frac12", r"\frac{1}{2}"),
+        (r"\sqrt2", r"\sqrt{2}"),
+        ("1,234", "1234"),
+        ("1{,}234", "1234"),
+        (r"10,\!000", "10000"),
+        ("1,2", "1,2"),  # a list, not a thousands separator
+        ("{5}", "5"),
+        (r"90^\circ", "90"),
+        (r"50\%", "50"),
+        (r"\$4.50", "4.50"),
+        (r"\left(1, 2\right)", "(1,2)"),
+        (r"x \rightarrow \infty", r"x\rightarrow\infty"),
+        (r"\cfrac{25}{16}", r"\frac{25}{16}"),
+        ('"odd"', "odd"),
+        (r"x\in[-2,7]", "[-2,7]"),
+        ("4210_{5}", "4210_5"),
+        (None, ""),
+    ],
+)
+def test_normalize_answer(raw, expected):
+    assert normalize_answer(raw) == expected
+
+
+@pytest.mark.parametrize(
+    "s,value",
+    [("5", 5), ("-2.5", -2.5), ("0.5", 0.5), ("3/4", 0.75), (r"\frac{1}{2}", 0.5),
+     (r"-\frac{3}{4}", -0.75), (r"\frac{-3}{4}", -0.75), ("1e-3", 0.001), ("2.", 2)],
+)
+def test_numeric_value(s, value):
+    assert float(numeric_value(s)) == value
+
+
+@pytest.mark.parametrize("s", ["x", "1/0", r"\frac{1}{0}", r"\sqrt{2}", "1,2", "", None])
+def test_numeric_value_none(s):
+    assert numeric_value(s) is None
+
+
+EQUIVALENT = [
+    ("0.5", "1/2"),
+    ("0.5", r"\frac{1}{2}"),
+    (".5", r"\dfrac12"),
+    ("1/2", r"\frac{1}{2}"),
+    ("5", "5.0"),
+    ("5", "5.0000001"),  # within 1e-6 relative
+    ("1000000", "1000000.5"),  # within 1e-6 relative
+    ("1,234", "1234"),
+    ("x = 5", "5"),
+    ("$5$", r"\boxed{5}"),
+    ("(B)", "B"),
+    (r"\text{(C)}", "C"),
+    (r"50\%", "50"),
+    ("12 inches", "12"),
+    (r"\frac{7}{84}", r"\frac{1}{12}"),
+    (r"\left( 1, 2 \right)", "(1,2)"),
+    ("-3", r"-\frac{6}{2}"),
+]
+NOT_EQUIVALENT = [
+    ("5", "6"),
+    ("5", "5.0001"),
+    ("0", "1e-9"),  # relative tolerance: 0 only equals 0
+    ("A", "B"),
+    ("(A)", "1"),
+    ("0.333", r"\frac{1}{3}"),
+    ("x", "y"),
+    ("2x", "x2"),
+    ("1,2", "12"),
+    (None, "5"),
+    ("5", None),
+    (None, None),
+    ("", ""),
+]
+
+
+@pytest.mark.parametrize("a,b", EQUIVALENT)
+def test_answers_equivalent_pairs(a, b):
+    assert answers_equivalent(a, b)
+    assert answers_equivalent(b, a)
+
+
+@pytest.mark.parametrize("a,b", NOT_EQUIVALENT)
+def test_answers_not_equivalent_pairs(a, b):
+    assert not answers_equivalent(a, b)
+
+
+def test_check_answers_elementwise_and_unique_pairs(monkeypatch):
+    import fastuq._answers_check as chk
+
+    calls = []
+    real = chk._check_chunk
+    monkeypatch.setattr(chk, "_check_chunk", lambda pairs, math: calls.append(pairs) or
+                        real(pairs, math))
+    answers = ["0.5", ".5", "1/2", "3", None, "B", "3"]
+    golds = [r"\frac{1}{2}", "1/2", "0.5", "4", "1", "(B)", "4"]
+    got = check_answers(answers, golds)
+    assert got.dtype == bool
+    np.testing.assert_array_equal(got, [True, True, True, False, False, True, False])
+    # ".5" and "0.5" normalise alike; the repeated ("3", "4") pair is checked once
+    assert sum(len(p) for p in calls) == 5
+
+
+def test_check_answers_errors():
+    with pytest.raises(ValueError, match="differ in length"):
+        check_answers(["1"], ["1", "2"])
+    with pytest.raises(ValueError, match="processes"):
+        check_answers(["1"], ["1"], processes=0)
+    assert check_answers([], []).shape == (0,)
+
+
+def test_check_answers_processes_match_serial(monkeypatch):
+    import fastuq._answers_check as chk
+
+    monkeypatch.setattr(chk, "MIN_PARALLEL_PAIRS", 16)
+    rng = np.random.default_rng(0)
+    a = [str(x) for x in rng.integers(0, 40, 300)]
+    g = [str(x) for x in rng.integers(0, 40, 300)]
+    np.testing.assert_array_equal(check_answers(a, g, processes=2), check_answers(a, g))
+
+
+def test_answer_classes_numbers_and_letters():
+    ids = answer_classes(["0.5", r"\frac12", None, "B", "(B)", "", "3", "3.0000001", "1/2"])
+    np.testing.assert_array_equal(ids, [0, 0, -1, 1, 1, -1, 2, 2, 0])
+    assert ids.dtype == np.int64
+
+
+def test_answer_classes_first_appearance_order_and_empty():
+    np.testing.assert_array_equal(answer_classes(["b", "a", "b", "c"]), [0, 1, 0, 2])
+    assert answer_classes([]).shape == (0,)
+    np.testing.assert_array_equal(answer_classes([None, None]), [-1, -1])
+
+
+def test_answer_classes_agree_with_pairwise_equivalence():
+    answers = [p for pair in EQUIVALENT + NOT_EQUIVALENT for p in pair]
+    ids = answer_classes(answers)
+    for i, a in enumerate(answers):
+        for j, b in enumerate(answers):
+            if answers_equivalent(a, b):
+                assert ids[i] == ids[j] >= 0, (a, b)
+
+
+def test_math_true_without_math_verify_raises(monkeypatch):
+    import fastuq._answers_check as chk
+
+    monkeypatch.setitem(sys.modules, "math_verify", None)  # import now fails
+    assert not A.math_verify_available()
+    with pytest.raises(ImportError, match=r"fastuq\[math\]"):
+        check_answers(["x+1"], ["1+x"], math=True)
+    with pytest.raises(ImportError, match=r"fastuq\[math\]"):
+        answer_classes(["y+2", "2+y"], math=True)
+    chk._mv_parse.cache_clear()
+    # math=False never needs it
+    assert answers_equivalent("0.5", "1/2")
+
+
+@pytest.mark.skipif(not HAS_MATH_VERIFY, reason="math-verify not installed (fastuq[math])")
+@pytest.mark.parametrize(
+    "a,b",
+    [(r"\frac{x+2}{7}", "(x+2)/7"), (r"\sqrt{8}", r"2\sqrt{2}"),
+     (r"\frac{1}{\sqrt{2}}", r"\frac{\sqrt{2}}{2}"), (r"\frac{3\pi}{4}", r"\frac{3}{4}\pi")],
+)
+def test_math_verify_equivalent(a, b):
+    assert not answers_equivalent(a, b)
+    assert answers_equivalent(a, b, math=True)
+
+
+@pytest.mark.skipif(not HAS_MATH_VERIFY, reason="math-verify not installed (fastuq[math])")
+def test_math_verify_classes_and_check():
+    ids = answer_classes([r"\frac{x+2}{7}", "(x+2)/7", r"\sqrt{8}", r"2\sqrt{2}", "1", "x"],
+                         math=True)
+    np.testing.assert_array_equal(ids, [0, 0, 1, 1, 2, 3])
+    got = check_answers([r"2\sqrt{2}", "3", None], [r"\sqrt{8}", r"\sqrt{8}", "1"], math=True)
+    np.testing.assert_array_equal(got, [True, False, False])
+    assert not answers_equivalent(r"\sqrt{8}", "3", math=True)
