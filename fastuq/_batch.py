@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
+from ._errors import RecordError
 from ._pack import pack_lists, pack_nodes
 
 __all__ = ["Batch"]
@@ -23,14 +24,15 @@ class _Label(str):
 class _Labels(Sequence):
     """Lazy names for error messages: ``'id' (source row k)``."""
 
-    def __init__(self, ids: pa.Array, source: str, row0: int) -> None:
-        self._ids, self._source, self._row0 = ids, source, row0
+    def __init__(self, ids: pa.Array, source: str, rows: np.ndarray) -> None:
+        self._ids, self._source, self._rows = ids, source, rows
 
     def __len__(self) -> int:
         return len(self._ids)
 
     def __getitem__(self, n):  # type: ignore[override]
-        where = f"{self._source} row {self._row0 + n}" if self._source else f"row {self._row0 + n}"
+        row = int(self._rows[n])
+        where = f"{self._source} row {row}" if self._source else f"row {row}"
         return _Label(f"{self._ids[n].as_py()!r} ({where})")
 
 
@@ -41,6 +43,8 @@ class Batch:
       table: canonical columns (``trajectory_id`` required).
       source: name of the file (or object) it came from, for error messages.
       row0: index of the chunk's first row in the source.
+      rows: ``[n]`` source row of every record (default ``row0, row0 + 1, ...``), for
+        chunks from which bad records were dropped.
       dtype: float dtype of the packed arrays.
       observation_noise: when given, a constant token entropy (R_t) used for every round of
         corpora without ``token_entropy``.
@@ -52,6 +56,7 @@ class Batch:
         *,
         source: str = "",
         row0: int = 0,
+        rows: np.ndarray | None = None,
         dtype: np.dtype | type = np.float64,
         observation_noise: float | None = None,
     ) -> None:
@@ -62,7 +67,9 @@ class Batch:
         self.observation_noise = observation_noise
         self.n = table.num_rows
         self.ids = table.column("trajectory_id").combine_chunks()
-        self.labels = _Labels(self.ids, source, row0)
+        if rows is None:
+            rows = np.arange(row0, row0 + self.n)
+        self.labels = _Labels(self.ids, source, rows)
         self._cache: dict[str, tuple] = {}
 
     def has(self, name: str) -> bool:
@@ -81,12 +88,26 @@ class Batch:
         return name in self.table.column_names and self.table.column(name).null_count < self.n
 
     @property
-    def n_slots(self) -> int | None:
-        """Agent slots per round: the largest ``n_agents`` of the chunk (``None`` when the
-        corpus has no ``n_agents`` column: then the longest node list decides)."""
-        if not self._present("n_agents"):
-            return None
-        return int(self.column("n_agents").to_numpy(zero_copy_only=False).max())
+    def n_slots(self) -> int:
+        """Agent slots per round: the largest ``n_agents`` of the chunk (or, without that
+        column, the longest node list), rounded up to a power of two. Every chunk of a corpus
+        then packs to the same ``A``, so reductions over agents run in the same order and
+        chunking never changes a bit (and jit compiles once per bucket)."""
+        if "n_slots" not in self._cache:
+            if self._present("n_agents"):
+                a = int(self.column("n_agents").to_numpy(zero_copy_only=False).max())
+            else:
+                import pyarrow.compute as pc
+
+                a = 1
+                for name in ("seq_logprob", "n_tokens", "answers", "node_entropy",
+                             "topk_logprobs", "predecessors"):
+                    if self._present(name):
+                        rounds = pc.list_flatten(self.column(name))
+                        if len(rounds):
+                            a = max(a, int(pc.max(pc.list_value_length(rounds)).as_py() or 1))
+            self._cache["n_slots"] = 1 << max(0, a - 1).bit_length()
+        return self._cache["n_slots"]
 
     def column(self, name: str) -> pa.Array:
         if name not in self.table.column_names:
@@ -102,7 +123,7 @@ class Batch:
         col = self.column("protocol")
         if col.null_count:
             k = int(np.argmax(col.is_null().to_numpy(zero_copy_only=False)))
-            raise ValueError(f"trajectory {self.labels[k]}: no protocol (field protocol)")
+            raise RecordError(f"trajectory {self.labels[k]}: no protocol (field protocol)", row=k)
         return col.to_numpy(zero_copy_only=False)
 
     def rounds(self, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -177,9 +198,9 @@ def _pack_predecessors(col: pa.Array, n_slots: int | None, labels) -> np.ndarray
         round_of_node = np.repeat(np.arange(len(rounds)), per_round)
         per_traj = pc.list_value_length(col).fill_null(0).to_numpy(zero_copy_only=False)
         traj = int(np.repeat(np.arange(len(col)), per_traj)[round_of_node[node]])
-        raise ValueError(
+        raise RecordError(
             f"trajectory {labels[traj]}: predecessor {int(preds[np.argmax(bad)])} is not an "
-            f"agent slot in [0, {limit}) (field predecessors)"
+            f"agent slot in [0, {limit}) (field predecessors)", row=traj
         )
     bits = np.zeros(len(nodes), np.int64)
     np.bitwise_or.at(bits, owner, np.left_shift(1, preds))

@@ -39,6 +39,13 @@ def add_parser(sub) -> None:
     sc.add_argument("--observation-noise", type=float, metavar="R",
                     help="constant measurement noise R_t for corpora without token entropy "
                          "(SAUCE on agreement alone); without it missing entropy is an error")
+    sc.add_argument("--confidence", choices=("msp", "mean_logprob", "neg_entropy"),
+                    help="UMAS node confidence (default msp: sum of token log-probabilities)")
+    sc.add_argument("--on-error", choices=("raise", "skip"), default="raise",
+                    help="a bad record stops the run (raise, default) or is skipped, counted "
+                         "and listed with its reason in OUT.skipped.jsonl (skip)")
+    sc.add_argument("--skipped", metavar="PATH",
+                    help="where --on-error skip lists the skipped records")
     sc.add_argument("--dtype", choices=("float64", "float32"), default="float64",
                     help="kernel precision (default float64; output is float64)")
     sc.add_argument("--backend", choices=("jax", "numpy"), default="jax")
@@ -95,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
                 source, output, methods=methods, protocol=args.protocol, lam=args.lam,
                 q=args.q, sigma2_0=args.sigma2_0, mu_0=args.mu_0, dtype=args.dtype,
                 backend=args.backend, chunk_rows=args.chunk_rows, progress=bar,
-                observation_noise=args.observation_noise,
+                observation_noise=args.observation_noise, confidence=args.confidence,
+                on_error=args.on_error, skipped_path=args.skipped,
                 keep_scores=sample,
             )
         except (ValueError, FileNotFoundError) as exc:
@@ -110,4 +118,9 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f"scored {report.n_rows:,} trajectories in {report.seconds:.2f} s -> "
                   f"{report.output}", file=sys.stderr)
+        if report.skipped_path is not None:
+            print(f"skipped {len(report.skipped):,} bad record(s), listed in "
+                  f"{report.skipped_path}", file=sys.stderr)
+            for k in report.skipped[:5]:
+                print(f"  {k.reason}", file=sys.stderr)
     return 0

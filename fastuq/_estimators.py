@@ -8,6 +8,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ._batch import Batch
+from ._errors import RecordError
 from ._runtime import run_bucketed
 from ._sauce import sauce_batch
 
@@ -18,9 +19,9 @@ def _same_rounds(batch: Batch, mask: np.ndarray, other: np.ndarray, field: str) 
     if mask.shape != other.shape or not np.array_equal(mask, other):
         la, lb = mask.sum(axis=0), other.sum(axis=0)
         n = int(np.argmax(la != lb)) if (la != lb).any() else 0
-        raise ValueError(
+        raise RecordError(
             f"trajectory {batch.labels[n]}: agreement has {int(la[n])} rounds but {field} has "
-            f"{int(lb[n])} (field {field})"
+            f"{int(lb[n])} (field {field})", row=n
         )
 
 
@@ -47,9 +48,9 @@ def _first_bad(batch: Batch, bad: np.ndarray, field: str, what: str, values: np.
     """Raise naming the first bad node ``[T, N, A]`` in trajectory order."""
     n, t, a = np.unravel_index(int(np.argmax(bad.transpose(1, 0, 2))),
                                (bad.shape[1], bad.shape[0], bad.shape[2]))
-    raise ValueError(
+    raise RecordError(
         f"trajectory {batch.labels[int(n)]}, round {int(t)}, agent {int(a)}: {field} = "
-        f"{values[t, n, a]} {what}"
+        f"{values[t, n, a]} {what}", row=int(n)
     )
 
 
@@ -89,7 +90,7 @@ def _check_empty(batch: Batch, mask: np.ndarray, field: str) -> None:
     empty = ~mask.reshape(mask.shape[0], mask.shape[1], -1).any(axis=(0, 2))
     if empty.any():
         n = int(np.argmax(empty))
-        raise ValueError(f"trajectory {batch.labels[n]}: no valid node (field {field})")
+        raise RecordError(f"trajectory {batch.labels[n]}: no valid node (field {field})", row=n)
 
 
 def _run(batch: Batch, est_name: str, backend: str, fields: tuple[str, ...], batched):
@@ -174,14 +175,15 @@ def _round_baseline(batch: Batch, name: str, backend: str) -> np.ndarray:
     a, mask = batch.rounds("agreement")
     empty = ~mask.any(axis=0)
     if empty.any():
-        raise ValueError(f"trajectory {batch.labels[int(np.argmax(empty))]}: no executed round "
-                         "(field agreement)")
+        n = int(np.argmax(empty))
+        raise RecordError(f"trajectory {batch.labels[n]}: no executed round (field agreement)",
+                          row=n)
     with np.errstate(invalid="ignore"):
         bad = mask & ~(np.isfinite(a) & (a >= 0) & (a <= 1))
     if bad.any():
         n, t = np.unravel_index(int(np.argmax(bad.T)), bad.T.shape)
-        raise ValueError(f"trajectory {batch.labels[int(n)]}, round {int(t)}: agreement = "
-                         f"{a[t, n]} is missing or outside [0, 1]")
+        raise RecordError(f"trajectory {batch.labels[int(n)]}, round {int(t)}: agreement = "
+                          f"{a[t, n]} is missing or outside [0, 1]", row=int(n))
     inputs = [(a, 1, 0.0), (mask, 1, False)]
     if name == "weighted_agreement":
         h, mask_h = batch.rounds("token_entropy")
@@ -190,8 +192,8 @@ def _round_baseline(batch: Batch, name: str, backend: str) -> np.ndarray:
             bad = mask & ~(np.isfinite(h) & (h >= 0))
         if bad.any():
             n, t = np.unravel_index(int(np.argmax(bad.T)), bad.T.shape)
-            raise ValueError(f"trajectory {batch.labels[int(n)]}, round {int(t)}: "
-                             f"token_entropy = {h[t, n]} is missing or negative")
+            raise RecordError(f"trajectory {batch.labels[int(n)]}, round {int(t)}: "
+                              f"token_entropy = {h[t, n]} is missing or negative", row=int(n))
         inputs.append((h, 1, 0.0))
     from ._registry import get_estimator
 

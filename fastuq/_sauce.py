@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ._errors import RecordError
 from ._pack import pack_ragged
 from ._registry import SAUCE_PRESETS, get_estimator
 from ._runtime import run_bucketed
@@ -247,9 +248,9 @@ def _as_batch(
         raise ValueError(f"ragged input holds a value that is not a number: {exc}") from exc
     if not np.array_equal(mask, mask_h):
         n = int(np.argmax((mask != mask_h).any(axis=0)))
-        raise ValueError(
+        raise RecordError(
             f"trajectory {n}: agreement has {len(agreement[n])} rounds but token_entropy has "
-            f"{len(token_entropy[n])} (field token_entropy)"
+            f"{len(token_entropy[n])} (field token_entropy)", row=n
         )
     dtype = np.float64 if dtype is None else dtype
     return a.astype(dtype, copy=False), h.astype(dtype, copy=False), mask
@@ -266,7 +267,7 @@ def _validate(
     empty = ~mask.any(axis=0)
     if empty.any():
         n = int(np.argmax(empty))
-        raise ValueError(f"{_name(ids, n)}: no executed round (field agreement)")
+        raise RecordError(f"{_name(ids, n)}: no executed round (field agreement)", row=n)
     with np.errstate(invalid="ignore"):
         checks = (
             ("agreement", ~np.isfinite(a), "is missing or not finite"),
@@ -285,11 +286,14 @@ def _validate(
                 first = (key, field_name, what, value)
     if first is not None:
         (n, t), field_name, what, value = first
-        raise ValueError(f"{_name(ids, int(n))}, round {int(t)}: {field_name} = {value} {what}")
+        raise RecordError(
+            f"{_name(ids, int(n))}, round {int(t)}: {field_name} = {value} {what}", row=int(n)
+        )
 
 
 def _params_arrays(
-    n: int, protocol: str | Sequence[str], overrides: Mapping[str, Any], dtype
+    n: int, protocol: str | Sequence[str], overrides: Mapping[str, Any], dtype,
+    ids: Sequence[str] | None = None,
 ) -> dict[str, np.ndarray]:
     """Parameter arrays (scalars, or ``[N]`` for per-trajectory values), validated."""
     est = get_estimator("sauce")
@@ -307,8 +311,10 @@ def _params_arrays(
         try:
             presets.append(est.resolve(str(proto), overrides))
         except ValueError as exc:
-            where = "" if inverse is None else f"trajectory {int(np.argmax(inverse == k))}: "
-            raise ValueError(f"{where}{exc}") from None
+            if inverse is None:
+                raise
+            row = int(np.argmax(inverse == k))
+            raise RecordError(f"{_name(ids, row)}: {exc} (field protocol)", row=row) from None
     out = {}
     for p in est.params:
         if overrides.get(p) is not None:
@@ -394,7 +400,7 @@ def sauce_batch(
         raise ValueError(f"trajectory_ids has {len(trajectory_ids)} names for {n} trajectories")
     _validate(a, h, mask, trajectory_ids)
     overrides = {"lam": lam, "q": q, "sigma2_0": sigma2_0, "mu_0": mu_0}
-    params = _params_arrays(n, protocol, overrides, dtype)
+    params = _params_arrays(n, protocol, overrides, dtype, trajectory_ids)
     from .kernels.sauce import SUMMARY_FIELDS, TRACE_FIELDS, SauceParams
 
     fields = ("score",) + ((SUMMARY_FIELDS[1:] + TRACE_FIELDS) if return_trace else ())

@@ -13,7 +13,8 @@ import numpy as np
 import pyarrow as pa
 
 from ._batch import Batch
-from ._io import AtomicParquetWriter, count_rows, iter_signal_chunks
+from ._errors import RecordError
+from ._io import AtomicParquetWriter
 from ._registry import ESTIMATORS, get_estimator
 
 __all__ = ["ScoreReport", "available_methods", "iter_scores", "score", "score_file"]
@@ -32,6 +33,8 @@ class ScoreReport:
     protocols: dict[str, int] = field(default_factory=dict)
     scores: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     correct: np.ndarray | None = field(default=None, repr=False)
+    skipped: list = field(default_factory=list, repr=False)
+    skipped_path: str | None = None
 
 
 def available_methods(batch: Batch) -> tuple[str, ...]:
@@ -51,17 +54,24 @@ _INPUT_COLUMNS = {
     "n_tokens": ("n_tokens", "n_agents"),
     "node_entropy": ("node_entropy", "topk_logprobs", "n_agents"),
 }
+#: Columns read whenever the corpus has them.
+_ALWAYS = ("question_id", "protocol", "correct")
+
+
+def _method_list(methods: str | Sequence[str]) -> list[str]:
+    if isinstance(methods, str):
+        return [m.strip() for m in methods.split(",") if m.strip()]
+    return list(methods)
 
 
 def _columns_for(
     methods: str | Sequence[str], params: Mapping[str, object]
 ) -> list[str] | None:
     """Columns to read for ``methods`` with ``params`` (``None``: all, for ``"all"``)."""
-    if isinstance(methods, str):
-        methods = [m.strip() for m in methods.split(",") if m.strip()]
+    methods = _method_list(methods)
     if "all" in methods:
         return None
-    cols = {"question_id"}
+    cols = set(_ALWAYS)
     for m in methods:
         for i in get_estimator(m).inputs:
             cols.update(_INPUT_COLUMNS.get(i, (i,)))
@@ -74,9 +84,8 @@ def _columns_for(
 
 
 def _resolve_methods(methods: str | Sequence[str], batch: Batch) -> tuple[str, ...]:
-    if isinstance(methods, str):
-        methods = [m.strip() for m in methods.split(",") if m.strip()]
-    if list(methods) == ["all"]:
+    methods = _method_list(methods)
+    if methods == ["all"]:
         found = available_methods(batch)
         if not found:
             raise ValueError(f"{batch.source or 'corpus'}: no estimator has all its inputs")
@@ -93,8 +102,77 @@ def _resolve_methods(methods: str | Sequence[str], batch: Batch) -> tuple[str, .
     return tuple(methods)
 
 
+class _SeenIds:
+    """Trajectory ids seen so far, as one sorted array of 64-bit hashes (8 bytes an id, so a
+    10-million-trajectory corpus costs 80 MB): finds an id that repeats an earlier chunk's.
+    Two different ids share a hash with probability about N**2 / 2**65 (3e-6 at N = 1e7);
+    such a pair would be reported as a duplicate."""
+
+    def __init__(self) -> None:
+        self._seen = np.empty(0, np.uint64)
+
+    def first_repeat(self, ids: pa.Array) -> int | None:
+        """Index in ``ids`` of the first id seen in an earlier chunk, or ``None``; the chunk's
+        ids are not recorded (call :meth:`add` once the chunk is accepted)."""
+        if not len(self._seen) or not len(ids):
+            return None
+        h = self._hash(ids)
+        pos = np.searchsorted(self._seen, h)
+        hit = self._seen[np.minimum(pos, len(self._seen) - 1)] == h
+        return int(np.argmax(hit)) if hit.any() else None
+
+    def add(self, ids: pa.Array) -> None:
+        merged = np.concatenate([self._seen, np.sort(self._hash(ids))])
+        self._seen = np.sort(merged, kind="stable")  # two sorted runs: a linear merge
+
+    @staticmethod
+    def _hash(ids: pa.Array) -> np.ndarray:
+        import polars as pl
+
+        return pl.Series(ids).hash(seed=0).to_numpy()
+
+
+@dataclass
+class Skipped:
+    """A record left out under ``on_error="skip"``: where it was and why."""
+
+    source: str
+    row: int
+    trajectory_id: str | None
+    reason: str
+
+
+def _score_table(
+    table: pa.Table, chunk, rows: np.ndarray, resolved: tuple[str, ...] | None, *,
+    methods, protocol, params, dtype, backend, observation_noise, check: bool,
+    seen: _SeenIds | None,
+) -> tuple[Batch, tuple[str, ...], dict[str, np.ndarray]]:
+    if check:
+        from .schema import validate
+
+        validate(table, source=chunk.source, row0=chunk.source_row0)
+    if seen is not None:
+        k = seen.first_repeat(table.column("trajectory_id").combine_chunks())
+        if k is not None:
+            tid = table.column("trajectory_id")[k].as_py()
+            raise RecordError(f"{chunk.source}: row {int(rows[k])}: field trajectory_id: "
+                              f"duplicate id {tid!r} (first seen in an earlier chunk)", row=k)
+    batch = Batch(table, source=chunk.source, row0=chunk.source_row0, rows=rows,
+                  dtype=np.dtype(dtype), observation_noise=observation_noise)
+    if resolved is None:
+        resolved = _resolve_methods(methods, batch)
+    scores = {}
+    for m in resolved:
+        est = get_estimator(m)
+        own = {k: v for k, v in params.items() if k in est.params}
+        scores[m] = np.asarray(
+            est.run(batch, params=own, protocol=protocol, backend=backend), np.float64
+        )
+    return batch, resolved, scores
+
+
 def iter_scores(
-    source: str | os.PathLike,
+    source,
     *,
     methods: str | Sequence[str] = ("sauce",),
     protocol: str | None = None,
@@ -103,40 +181,74 @@ def iter_scores(
     backend: str = "jax",
     chunk_rows: int = 1 << 18,
     observation_noise: float | None = None,
+    on_error: str = "raise",
+    skipped: list[Skipped] | None = None,
 ) -> Iterator[tuple[Batch, dict[str, np.ndarray]]]:
     """Score ``source`` chunk by chunk: yields ``(batch, {method: scores [n]})`` in order.
 
-    ``params`` holds estimator parameters by name (``lam``, ``q``, ...); each estimator takes
-    the ones it declares. ``methods`` may be ``"all"``: every estimator whose inputs the
-    corpus has.
+    Args:
+      source: anything :func:`fastuq.readers.iter_chunks` reads (a file, a folder, a list
+        of files, a pyarrow Table, a Polars frame, a Hugging Face dataset).
+      methods: estimator names, or ``"all"``: every estimator whose inputs the corpus has.
+      params: estimator parameters by name (``lam``, ``q``, ``confidence``, ...); each
+        estimator takes the ones it declares.
+      on_error: ``"raise"`` (default): the first bad record stops the run with a ValueError
+        naming the source, row, trajectory and field. ``"skip"``: bad records are left out
+        and appended to ``skipped`` (a caller-owned list) with their reason; every other
+        record is scored. Lines that are not valid JSON still stop the run.
     """
+    from .readers import iter_chunks
+
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    if on_error == "skip" and skipped is None:
+        raise ValueError("on_error='skip' needs a list to collect the skipped records")
     if observation_noise is not None and not (
         np.isfinite(observation_noise) and observation_noise >= 0
     ):
         raise ValueError(f"observation noise must be finite and >= 0, got {observation_noise}")
     params = {k: v for k, v in (params or {}).items() if v is not None}
-    source_name = Path(source).name
     columns = _columns_for(methods, params)
-    row0 = 0
+    if columns is None:
+        reader = iter_chunks(source, chunk_rows=chunk_rows, validate=on_error == "raise")
+    else:
+        reader = iter_chunks(source, columns=[], optional_columns=columns,
+                             chunk_rows=chunk_rows, validate=on_error == "raise")
     resolved: tuple[str, ...] | None = None
-    for table in iter_signal_chunks(source, chunk_rows, columns):
-        batch = Batch(table, source=source_name, row0=row0, dtype=np.dtype(dtype),
-                      observation_noise=observation_noise)
-        if resolved is None:
-            resolved = _resolve_methods(methods, batch)
-        scores = {}
-        for m in resolved:
-            est = get_estimator(m)
-            own = {k: v for k, v in params.items() if k in est.params}
-            scores[m] = np.asarray(
-                est.run(batch, params=own, protocol=protocol, backend=backend), np.float64
-            )
-        yield batch, scores
-        row0 += batch.n
+    seen = _SeenIds()
+    kw = dict(methods=methods, protocol=protocol, params=params, dtype=dtype, backend=backend,
+              observation_noise=observation_noise, seen=seen)
+    for chunk in reader:
+        table = chunk.table
+        rows = np.arange(chunk.source_row0, chunk.source_row0 + table.num_rows)
+        if on_error == "raise":
+            batch, resolved, scores = _score_table(table, chunk, rows, resolved, check=False,
+                                                   **kw)
+            seen.add(batch.ids)
+            yield batch, scores
+            continue
+        while table.num_rows:
+            try:
+                batch, resolved, scores = _score_table(table, chunk, rows, resolved,
+                                                       check=True, **kw)
+            except RecordError as exc:
+                if exc.row is None:
+                    raise
+                tid = table.column("trajectory_id")[exc.row].as_py()
+                skipped.append(Skipped(chunk.source, int(rows[exc.row]),
+                                       None if tid is None else str(tid), str(exc)))
+                keep = np.ones(table.num_rows, bool)
+                keep[exc.row] = False
+                table = table.filter(pa.array(keep))
+                rows = rows[keep]
+                continue
+            seen.add(batch.ids)
+            yield batch, scores
+            break
 
 
 def score(
-    source: str | os.PathLike,
+    source,
     methods: str | Sequence[str] = ("sauce",),
     *,
     protocol: str | None = None,
@@ -164,7 +276,7 @@ def score(
 
 
 def score_file(
-    input: str | os.PathLike,
+    input,
     output: str | os.PathLike,
     *,
     methods: str | Sequence[str] = ("sauce",),
@@ -173,70 +285,100 @@ def score_file(
     q: float | None = None,
     sigma2_0: float | None = None,
     mu_0: float | None = None,
+    confidence: str | None = None,
     dtype: str = "float64",
     backend: str = "jax",
     chunk_rows: int = 1 << 18,
     observation_noise: float | None = None,
+    on_error: str = "raise",
+    skipped_path: str | os.PathLike | None = None,
     progress: Callable[[int, int | None], None] | None = None,
     keep_scores: bool = False,
 ) -> ScoreReport:
-    """Score every trajectory of a corpus file and write ``trajectory_id`` + one float64
-    column per estimator to Parquet, atomically (nothing appears at ``output`` on error).
+    """Score every trajectory of a corpus and write ``trajectory_id`` + one float64 column
+    per estimator to Parquet, in input order, atomically (nothing appears at ``output`` on
+    error). Memory is bounded by the chunk, not the corpus.
 
     Args:
-      input: Parquet, JSONL or JSONL.gz corpus.
+      input: a corpus file (Parquet, Arrow IPC, JSONL, JSONL.gz), a folder or list of them,
+        or an in-memory frame (see :func:`fastuq.readers.iter_chunks`).
       output: Parquet file to write.
       methods: estimator names (or ``"all"``).
       protocol: preset for every trajectory; default: each record's ``protocol`` field.
-      lam, q, sigma2_0, mu_0: SAUCE parameter overrides.
+      lam, q, sigma2_0, mu_0: SAUCE parameter overrides; confidence: UMAS node confidence
+        (``msp``, ``mean_logprob``, ``neg_entropy``).
       dtype: kernel precision, ``"float64"`` (default) or ``"float32"``; output is float64.
-      chunk_rows: records per chunk; memory is bounded by the chunk, not the corpus.
+      chunk_rows: records per chunk.
       observation_noise: constant R_t for corpora without token entropy (SAUCE on agreement
         alone); without it, a missing token entropy is an error.
+      on_error: ``"raise"`` or ``"skip"`` (see :func:`iter_scores`). With ``"skip"`` the
+        skipped records are written, one JSON object per line with ``source``, ``row``,
+        ``trajectory_id`` and ``reason``, to ``skipped_path`` (default:
+        ``OUTPUT.skipped.jsonl``), and counted in the report.
       progress: called as ``progress(rows_done, rows_total_or_None)`` after each chunk.
       keep_scores: keep the score arrays (and labels) in the report, for summaries.
     """
-    input, output = Path(input), Path(output)
-    params = {"lam": lam, "q": q, "sigma2_0": sigma2_0, "mu_0": mu_0}
+    import json
+
+    from .readers import count_rows
+
+    output = Path(output)
+    params = {"lam": lam, "q": q, "sigma2_0": sigma2_0, "mu_0": mu_0, "confidence": confidence}
     total = count_rows(input)
     report = ScoreReport(input=str(input), output=str(output))
     kept: dict[str, list[np.ndarray]] = {}
     kept_correct: list[np.ndarray | None] = []
+    skipped: list[Skipped] = []
     start = time.perf_counter()
     writer = None
+    done = 0
     try:
         for batch, scores in iter_scores(
             input, methods=methods, protocol=protocol, params=params, dtype=dtype,
             backend=backend, chunk_rows=chunk_rows, observation_noise=observation_noise,
+            on_error=on_error, skipped=skipped,
         ):
             if writer is None:
                 report.methods = tuple(scores)
                 schema = pa.schema([("trajectory_id", pa.string())]
                                    + [(m, pa.float64()) for m in scores])
                 writer = AtomicParquetWriter(output, schema)
-            writer.write(pa.table({"trajectory_id": batch.ids, **scores}, schema=schema))
+            writer.write(pa.table({"trajectory_id": batch.ids.cast(pa.string()), **scores},
+                                  schema=schema))
             report.n_rows += batch.n
-            protos = batch.protocol(protocol)
+            protos = batch.protocol(protocol) if (protocol or batch.has("protocol")) else None
             if isinstance(protos, str):
                 report.protocols[protos] = report.protocols.get(protos, 0) + batch.n
-            else:
+            elif protos is not None:
                 for k, v in zip(*np.unique(protos, return_counts=True), strict=True):
                     report.protocols[str(k)] = report.protocols.get(str(k), 0) + int(v)
             if keep_scores:
                 for m, s in scores.items():
                     kept.setdefault(m, []).append(s)
                 kept_correct.append(batch.correct())
+            done = report.n_rows + len(skipped)
             if progress is not None:
-                progress(report.n_rows, total)
-        if writer is None:  # an empty corpus still gets its (empty) output file
+                progress(done, total)
+        if writer is None:  # no record scored: still write the (empty) output
+            names = [m for m in _method_list(methods) if m != "all"]
+            report.methods = tuple(names)
             schema = pa.schema([("trajectory_id", pa.string())]
-                               + [(m, pa.float64()) for m in report.methods])
+                               + [(m, pa.float64()) for m in names])
             writer = AtomicParquetWriter(output, schema)
     except BaseException:
         if writer is not None:
             writer.abort()
         raise
+    if on_error == "skip":
+        side = Path(skipped_path) if skipped_path else output.with_name(
+            output.name + ".skipped.jsonl")
+        lines = "".join(json.dumps(vars(k)) + "\n" for k in skipped)
+        tmp = side.with_name(f".{side.name}.tmp")
+        tmp.write_text(lines)
+        os.replace(tmp, side)
+        report.skipped_path = str(side)
     writer.close()
+    report.skipped = skipped
     report.seconds = time.perf_counter() - start
     if keep_scores:
         report.scores = {m: np.concatenate(v) for m, v in kept.items()}

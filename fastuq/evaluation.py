@@ -202,18 +202,20 @@ def table_records(df: pl.DataFrame) -> dict[str, dict[str, float | int | None]]:
 
 
 def read_labels(corpus: str | os.PathLike, *, chunk_rows: int = 1 << 18) -> pl.DataFrame:
-    """``trajectory_id`` (str) and ``correct`` (bool) of every record of a corpus, in file
-    order; ids are those :func:`fastuq.score` gives (``trajectory_id``, else ``record_uid``,
-    else the row number).
+    """``trajectory_id`` (str) and ``correct`` (bool) of every record of a corpus, in input
+    order, read by :func:`fastuq.readers.iter_chunks` as :func:`fastuq.score` reads it (the
+    SAUCE release's ``record_uid`` is its ``trajectory_id``).
 
     Raises ValueError when the corpus has no ``correct`` labels at all (no such field, or
     every value null); rows with a null label are kept as null (see :func:`join_labels`).
     """
-    from ._io import iter_signal_chunks
+    from .readers import iter_chunks
 
     ids: list[pa.Array] = []
     correct: list[pa.Array] = []
-    for table in iter_signal_chunks(corpus, chunk_rows):
+    for chunk in iter_chunks(corpus, columns=[], optional_columns=["correct"],
+                             chunk_rows=chunk_rows, validate=False):
+        table = chunk.table
         ids.append(table.column("trajectory_id").combine_chunks())
         if "correct" in table.column_names:
             correct.append(table.column("correct").combine_chunks().cast(pa.bool_()))

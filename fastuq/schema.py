@@ -20,6 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ._errors import RecordError
+
 __all__ = [
     "CANONICAL",
     "NODE_COLUMNS",
@@ -96,8 +98,8 @@ def describe_row(
 
 def _fail(table: pa.Table, i: int, field: str, problem: str, source: str | None,
           row0: int) -> ValueError:
-    return ValueError(f"{describe_row(table, i, source=source, row0=row0)}: field {field}: "
-                      f"{problem}")
+    return RecordError(f"{describe_row(table, i, source=source, row0=row0)}: field {field}: "
+                       f"{problem}", row=i)
 
 
 # --- conform -----------------------------------------------------------------------------------
@@ -238,7 +240,7 @@ def validate(table: pa.Table, *, source: str | None = None, row0: int = 0) -> No
     ids = _combined(table.column("trajectory_id"))
     k = _first(ids.is_null().to_numpy(zero_copy_only=False)) if ids.null_count else None
     if k is not None:
-        raise ValueError(f"{head}row {row0 + k}: field trajectory_id: null id")
+        raise RecordError(f"{head}row {row0 + k}: field trajectory_id: null id", row=k)
     if n > 1 and pc.all(pc.greater(ids.slice(1), ids.slice(0, n - 1))).as_py():
         pass  # strictly increasing ids (the usual layout) are unique: no hashing needed
     elif len((enc := pc.dictionary_encode(ids)).dictionary) < n:

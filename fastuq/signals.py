@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ._errors import RecordError
 from ._pack import pack_offsets
 
 __all__ = [
@@ -229,13 +230,13 @@ def agreement_from_answers(
     bad = known & has_rounds & (team <= 0)
     if bad.any():
         i = int(np.argmax(bad))
-        raise ValueError(f"{names(i)}: n_agents must be positive, got {team[i]}")
+        raise RecordError(f"{names(i)}: n_agents must be positive, got {team[i]}", row=i)
     over = rnd.lengths > denom
     if over.any():
         r = int(np.argmax(over))
         i = int(rec.parent[r])
-        raise ValueError(f"{names(i)}: round {rec.position(r)}: answers has "
-                         f"{rnd.lengths[r]} slots, more than n_agents = {denom[r]}")
+        raise RecordError(f"{names(i)}: round {rec.position(r)}: answers has "
+                         f"{rnd.lengths[r]} slots, more than n_agents = {denom[r]}", row=i)
 
     if pa.types.is_dictionary(vals.type):
         vals = vals.cast(vals.type.value_type)
@@ -268,8 +269,8 @@ def agreement_from_answers(
         if unparseable == "raise":
             r = int(np.argmax(none))
             i = int(rec.parent[r])
-            raise ValueError(f"{names(i)}: round {rec.position(r)}: no answer in the round is "
-                             f"parseable (all None or empty)")
+            raise RecordError(f"{names(i)}: round {rec.position(r)}: no answer in the round is "
+                             f"parseable (all None or empty)", row=i)
         out[none] = np.nan
     if padded:
         offsets = np.zeros(n + 1, np.int64)
@@ -279,6 +280,13 @@ def agreement_from_answers(
 
 
 # --- token entropy -----------------------------------------------------------------------------
+
+
+def _record(levels: Sequence[_Level], idx: int) -> int:
+    """The record (trajectory) index of a flat index at the deepest level of ``levels``."""
+    for lev in reversed(levels):
+        idx = int(lev.parent[idx])
+    return idx
 
 
 def _where(levels: Sequence[_Level], idx: int, names: _Names) -> str:
@@ -301,7 +309,8 @@ def _float_values(levels: Sequence[_Level], names: _Names, what: str) -> np.ndar
         raise ValueError(f"{what}: non-numeric log-probabilities ({vals.type})")
     if vals.null_count:
         k = int(np.argmax(vals.is_null().to_numpy(zero_copy_only=False)))
-        raise ValueError(f"{_where(levels, k, names)}: {what}: null log-probability")
+        raise RecordError(f"{_where(levels, k, names)}: {what}: null log-probability",
+                          row=_record(levels, k))
     if not len(vals):
         return np.zeros(0)
     if pa.types.is_float32(vals.type) or pa.types.is_float64(vals.type):
@@ -310,8 +319,8 @@ def _float_values(levels: Sequence[_Level], names: _Names, what: str) -> np.ndar
         v = vals.cast(pa.float64()).to_numpy(zero_copy_only=False)
     if not (v <= 0.0).all():  # one pass catches NaN and positive values
         k = int(np.argmax(~(v <= 0.0)))
-        raise ValueError(f"{_where(levels, k, names)}: {what}: log-probabilities must be <= 0 "
-                         f"and not NaN, got {v[k]}")
+        raise RecordError(f"{_where(levels, k, names)}: {what}: log-probabilities must be <= 0 "
+                         f"and not NaN, got {v[k]}", row=_record(levels, k))
     return v
 
 
@@ -334,8 +343,8 @@ def _token_entropy(v: np.ndarray, tok: _Level, levels: Sequence[_Level], names: 
     inf = ~np.isfinite(top)
     if inf.any():
         t = int(np.argmax(inf))
-        raise ValueError(f"{_where(levels[:3], t, names)}: {what}: the token has no finite "
-                         f"log-probability")
+        raise RecordError(f"{_where(levels[:3], t, names)}: {what}: the token has no finite "
+                         f"log-probability", row=_record(levels[:3], t))
     if uniform:
         grid -= top  # log weights, <= 0
         w = np.exp(grid)
@@ -399,13 +408,13 @@ def token_entropy_from_topk(
     empty = node.valid & (node.lengths == 0)
     if empty.any():
         k = int(np.argmax(empty))
-        raise ValueError(f"{_where(levels[:2], k, names)}: {what}: the response has no "
-                         f"measured token")
+        raise RecordError(f"{_where(levels[:2], k, names)}: {what}: the response has no "
+                         f"measured token", row=_record(levels[:2], k))
     no_alt = tok.lengths == 0
     if no_alt.any():
         k = int(np.argmax(no_alt))
-        raise ValueError(f"{_where(levels[:3], k, names)}: {what}: the token has no "
-                         f"log-probabilities")
+        raise RecordError(f"{_where(levels[:3], k, names)}: {what}: the token has no "
+                         f"log-probabilities", row=_record(levels[:3], k))
     v = _float_values(levels, names, what)
     h_tok = _token_entropy(v, tok, levels, names, what)
     n_nodes = node.lengths.size
@@ -419,8 +428,8 @@ def token_entropy_from_topk(
     silent = r_cnt == 0
     if silent.any():
         k = int(np.argmax(silent))
-        raise ValueError(f"{_where(levels[:1], k, names)}: {what}: no agent of the round has "
-                         f"top-k log-probabilities")
+        raise RecordError(f"{_where(levels[:1], k, names)}: {what}: no agent of the round has "
+                         f"top-k log-probabilities", row=_record(levels[:1], k))
     h_round = r_sum / r_cnt
     node_values = pa.array(h_node, pa.float64(), mask=~spoke)
     node_col = _lists(rec.lengths, rec.valid, _lists(rnd.lengths, rnd.valid, node_values))

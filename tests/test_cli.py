@@ -95,7 +95,8 @@ def test_bad_record_names_file_row_trajectory_and_field_and_writes_nothing(tmp_p
     out = tmp_path / "s.parquet"
     assert main(["score", str(src), "-o", str(out)]) == 1
     err = capsys.readouterr().err
-    assert "'r7' (bad.jsonl row 7), round 0: agreement = 1.5 is outside [0, 1]" in err
+    assert "trajectory 'r7' (" in err
+    assert "bad.jsonl row 7), round 0: agreement = 1.5 is outside [0, 1]" in err
     assert not out.exists()
     assert list(tmp_path.iterdir()) == [src]  # no temporary file left behind
 

@@ -80,3 +80,85 @@ def test_empty_corpus_writes_empty_output(tmp_path):
     out = tmp_path / "s.parquet"
     report = fastuq.score_file(path, out)
     assert report.n_rows == 0 and pq.read_table(out).num_rows == 0
+
+
+def _good_and_bad(tmp_path, n=300, seed=4):
+    import json
+
+    rng = np.random.default_rng(seed)
+    records = []
+    for k in range(n):
+        t = int(rng.integers(1, 4))
+        records.append({"trajectory_id": f"r{k}", "protocol": "debate" if k % 2 else "dylan",
+                        "agreement": list(rng.integers(1, 4, t) / 3.0),
+                        "token_entropy": list(rng.exponential(0.3, t))})
+    bad = {13: ("agreement", 1.5), 14: ("token_entropy", -1.0), 150: ("token_entropy", None),
+           151: ("agreement", None), 299: ("agreement", 2.0)}
+    for k, (field, value) in bad.items():
+        records[k][field][0] = value
+    records[77]["protocol"] = None
+    records[200]["agreement"], records[200]["token_entropy"] = [], []
+    records[201]["trajectory_id"] = "r5"  # duplicate id within the chunk
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path, records, set(bad) | {77, 200, 201}
+
+
+def test_on_error_skip_conserves_rows_and_lists_reasons(tmp_path):
+    import json
+
+    path, records, bad = _good_and_bad(tmp_path)
+    out = tmp_path / "s.parquet"
+    report = fastuq.score_file(path, out, on_error="skip", chunk_rows=64)
+    table = pq.read_table(out)
+    kept = [k for k in range(len(records)) if k not in bad]
+    assert table["trajectory_id"].to_pylist() == [records[k]["trajectory_id"] for k in kept]
+    expected = [fastuq.sauce_score(records[k]["agreement"], records[k]["token_entropy"],
+                                   records[k]["protocol"]) for k in kept]
+    np.testing.assert_allclose(table["sauce"].to_numpy(), expected, atol=1e-12)
+    side = [json.loads(x) for x in (tmp_path / "s.parquet.skipped.jsonl").read_text().splitlines()]
+    assert sorted(x["row"] for x in side) == sorted(bad)
+    assert len(report.skipped) == len(bad) and table.num_rows + len(side) == len(records)
+    reasons = {x["row"]: x["reason"] for x in side}
+    assert "agreement = 1.5" in reasons[13] and "protocol" in reasons[77]
+    assert "duplicate" in reasons[201] and "no executed round" in reasons[200]
+    # Without skip, the first bad record stops the run and nothing is written.
+    with pytest.raises(ValueError, match="row 13"):
+        fastuq.score_file(path, tmp_path / "t.parquet", chunk_rows=64)
+    assert not (tmp_path / "t.parquet").exists()
+
+
+def test_cli_on_error_skip(tmp_path, capsys):
+    path, records, bad = _good_and_bad(tmp_path)
+    out = tmp_path / "s.parquet"
+    assert main(["score", str(path), "-o", str(out), "--on-error", "skip",
+                 "--skipped", str(tmp_path / "bad.jsonl")]) == 0
+    assert f"skipped {len(bad)} bad record(s)" in capsys.readouterr().err
+    assert len((tmp_path / "bad.jsonl").read_text().splitlines()) == len(bad)
+    assert pq.read_table(out).num_rows == len(records) - len(bad)
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 7, 64, 1000])
+def test_chunking_does_not_change_a_bit(tmp_path, chunk_rows):
+    from fastuq.synth import corpus, write
+
+    path = tmp_path / "c.parquet"
+    write(corpus(500, protocol="mixed", seed=9), path)
+    whole = fastuq.score(path, "all", chunk_rows=1 << 16)
+    parts = fastuq.score(path, "all", chunk_rows=chunk_rows)
+    assert parts.equals(whole)
+
+
+def test_in_memory_sources(tmp_path):
+    import polars as pl
+
+    from fastuq.synth import corpus
+
+    table = corpus(200, protocol="mixed", seed=1)
+    ref = fastuq.score(table, "sauce,umas")
+    assert fastuq.score(pl.from_arrow(table), "sauce,umas").equals(ref)
+    assert fastuq.score(pl.from_arrow(table).lazy(), "sauce,umas").equals(ref)
+    expected = [fastuq.sauce_score(a, h, p) for a, h, p in zip(
+        table["agreement"].to_pylist(), table["token_entropy"].to_pylist(),
+        table["protocol"].to_pylist(), strict=True)]
+    np.testing.assert_allclose(ref["sauce"].to_numpy(), expected, atol=1e-12)

@@ -1,0 +1,18 @@
+"""The error a bad record raises: a ValueError that also says which row of its chunk."""
+
+from __future__ import annotations
+
+__all__ = ["RecordError"]
+
+
+class RecordError(ValueError):
+    """A malformed or out-of-range record.
+
+    ``row`` is the record's index within the chunk (table or batch) being checked, so that a
+    caller that asked to skip bad records can drop it and go on; the message names the
+    source, row, trajectory and field for people.
+    """
+
+    def __init__(self, message: str, row: int | None = None) -> None:
+        super().__init__(message)
+        self.row = row
