@@ -78,8 +78,12 @@ class Batch:
             return self.has("agreement")
         if name == "node_mask":
             return self.has("seq_logprob")
-        if name == "token_entropy" and self.observation_noise is not None:
-            return self.has("agreement")
+        if name == "agreement" and not self._present("agreement"):
+            return self._present("answers")
+        if name == "token_entropy" and not self._present("token_entropy"):
+            return self._present("topk_logprobs") or (
+                self.observation_noise is not None and self.has("agreement")
+            )
         if name == "node_entropy" and not self._present("node_entropy"):
             return self._present("topk_logprobs")
         return self._present(name)
@@ -129,16 +133,43 @@ class Batch:
     def rounds(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """A per-round column as ``([T, N], round_mask [T, N])``."""
         if name not in self._cache:
-            if name == "token_entropy" and self.observation_noise is not None and (
-                "token_entropy" not in self.table.column_names
-                or self.column("token_entropy").null_count == self.n
-            ):
-                a, mask = self.rounds("agreement")
-                values = np.where(mask, self.dtype.type(self.observation_noise), 0)
-                self._cache[name] = (values.astype(self.dtype), mask)
+            if name == "agreement" and not self._present("agreement"):
+                self._cache[name] = self._agreement_from_answers()
+            elif name == "token_entropy" and not self._present("token_entropy"):
+                if self._present("topk_logprobs"):
+                    from .signals import token_entropy_from_topk
+
+                    col = token_entropy_from_topk(self.column("topk_logprobs"), ids=self.ids)[1]
+                    self._cache[name] = pack_lists(col, dtype=self.dtype)
+                elif self.observation_noise is not None:
+                    _, mask = self.rounds("agreement")
+                    values = np.where(mask, self.dtype.type(self.observation_noise), 0)
+                    self._cache[name] = (values.astype(self.dtype), mask)
+                else:
+                    self.column(name)  # raises: no such column
             else:
                 self._cache[name] = pack_lists(self.column(name), dtype=self.dtype)
         return self._cache[name]
+
+    def _agreement_from_answers(self) -> tuple[np.ndarray, np.ndarray]:
+        """Agreement per round from the parsed ``answers``: equivalent answers (equal after
+        normalisation, or equal numbers: ``0.5`` and ``\\frac{1}{2}``) vote together; each
+        distinct answer string of the chunk is normalised once."""
+        import pyarrow.compute as pc
+
+        from .answers import answer_classes
+        from .signals import agreement_from_answers
+
+        answers = self.column("answers")
+        flat = pc.list_flatten(pc.list_flatten(answers))
+        enc = pc.dictionary_encode(flat.cast(pa.string()))
+        per_distinct = answer_classes(enc.dictionary.to_pylist())
+        codes = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+        classes = np.where(codes >= 0, per_distinct[np.maximum(codes, 0)], -1)
+        n_agents = self.column("n_agents") if self._present("n_agents") else None
+        values, mask = agreement_from_answers(answers, n_agents, classes=classes,
+                                              ids=self.ids, padded=True)
+        return values.astype(self.dtype), mask
 
     def nodes(self, name: str) -> tuple[np.ndarray, ...]:
         """A node column as ``(values [T, N, A], node_mask [T, N, A], round_mask [T, N])``,

@@ -44,7 +44,8 @@ def available_methods(batch: Batch) -> tuple[str, ...]:
     )
 
 
-#: Corpus columns each packed input is built from.
+#: Corpus columns each packed input is built from: the column itself, else the ones it is
+#: derived from (agreement from parsed answers, token entropy from top-k log-probabilities).
 _INPUT_COLUMNS = {
     "agreement": ("agreement",),
     "round_mask": ("agreement",),
@@ -53,6 +54,11 @@ _INPUT_COLUMNS = {
     "node_mask": ("seq_logprob", "n_agents"),
     "n_tokens": ("n_tokens", "n_agents"),
     "node_entropy": ("node_entropy", "topk_logprobs", "n_agents"),
+}
+_FALLBACKS = {
+    "agreement": ("answers", "n_agents"),
+    "token_entropy": ("topk_logprobs",),
+    "node_entropy": ("topk_logprobs", "n_agents"),
 }
 #: Columns read whenever the corpus has them.
 _ALWAYS = ("question_id", "protocol", "correct")
@@ -64,17 +70,51 @@ def _method_list(methods: str | Sequence[str]) -> list[str]:
     return list(methods)
 
 
+def _available_columns(source) -> set[str] | None:
+    """Column names the source has (``None``: unknown), to choose between a column and the
+    columns it can be derived from. Files are probed by reading their first record; frames
+    and readers are asked for their schema, so a one-shot reader is never consumed."""
+    if isinstance(source, (str, os.PathLike, list, tuple)):
+        from .readers import iter_chunks
+
+        try:
+            first = next(iter_chunks(source, chunk_rows=1, validate=False), None)
+        except (ValueError, OSError):
+            return None
+        if first is None:
+            return None
+        return {c for c in first.table.column_names if first.table.column(c).null_count == 0}
+    if hasattr(source, "collect_schema"):
+        names = set(source.collect_schema().names())  # polars DataFrame / LazyFrame
+    elif isinstance(getattr(source, "schema", None), pa.Schema):
+        names = set(source.schema.names)  # pyarrow Table / RecordBatch / RecordBatchReader
+    elif hasattr(source, "column_names"):
+        names = set(source.column_names)  # Hugging Face Dataset
+    else:
+        return None
+    if "signals" in names:  # the SAUCE release: the readers lift agreement/token_entropy
+        names |= {"agreement", "token_entropy"}
+    return names
+
+
 def _columns_for(
-    methods: str | Sequence[str], params: Mapping[str, object]
+    methods: str | Sequence[str], params: Mapping[str, object], source=None
 ) -> list[str] | None:
     """Columns to read for ``methods`` with ``params`` (``None``: all, for ``"all"``)."""
     methods = _method_list(methods)
     if "all" in methods:
         return None
     cols = set(_ALWAYS)
+    have = None
     for m in methods:
         for i in get_estimator(m).inputs:
             cols.update(_INPUT_COLUMNS.get(i, (i,)))
+            primary = _INPUT_COLUMNS.get(i, (i,))[0]
+            if i in _FALLBACKS:
+                if have is None:
+                    have = _available_columns(source) if source is not None else set()
+                if have is not None and primary not in have:
+                    cols.update(_FALLBACKS[i])
     confidence = params.get("confidence")
     if confidence == "mean_logprob":
         cols.update(_INPUT_COLUMNS["n_tokens"])
@@ -208,7 +248,7 @@ def iter_scores(
     ):
         raise ValueError(f"observation noise must be finite and >= 0, got {observation_noise}")
     params = {k: v for k, v in (params or {}).items() if v is not None}
-    columns = _columns_for(methods, params)
+    columns = _columns_for(methods, params, source)
     if columns is None:
         reader = iter_chunks(source, chunk_rows=chunk_rows, validate=on_error == "raise")
     else:

@@ -162,3 +162,47 @@ def test_in_memory_sources(tmp_path):
         table["agreement"].to_pylist(), table["token_entropy"].to_pylist(),
         table["protocol"].to_pylist(), strict=True)]
     np.testing.assert_allclose(ref["sauce"].to_numpy(), expected, atol=1e-12)
+
+
+def test_agreement_built_from_parsed_answers_when_missing(tmp_path):
+    from fastuq.synth import corpus
+
+    table = corpus(300, protocol="mixed", seed=3)
+    # Spell some answers differently but equivalently: "12" -> "12.0" votes with "12".
+    answers = table["answers"].to_pylist()
+    for rec in answers[:50]:
+        for rnd in rec:
+            if rnd[0] is not None:
+                rnd[0] = rnd[0] + ".0"
+    import pyarrow as pa
+
+    table = table.set_column(table.column_names.index("answers"), "answers",
+                             pa.array(answers, table.schema.field("answers").type))
+    without = table.drop_columns(["agreement"])
+    path = tmp_path / "noagree.parquet"
+    pq.write_table(without, path)
+    got = fastuq.score(path, "sauce,mean_agreement")
+    ref = fastuq.score(table, "sauce,mean_agreement")  # the simulator's own agreement
+    np.testing.assert_allclose(got["sauce"].to_numpy(), ref["sauce"].to_numpy(), atol=1e-12)
+    np.testing.assert_allclose(got["mean_agreement"].to_numpy(),
+                               ref["mean_agreement"].to_numpy(), atol=1e-12)
+    # The same from an in-memory frame, and independently from majority_margin.
+    mem = fastuq.score(without, "mean_agreement")["mean_agreement"].to_numpy()
+    for k in range(0, 300, 37):
+        n = table["n_agents"][k].as_py()
+        rounds = [fastuq.majority_margin([None if a is None else str(float(a)) for a in r], n)
+                  for r in answers[k]]
+        assert mem[k] == pytest.approx(-sum(rounds) / len(rounds), abs=1e-12)
+
+
+def test_token_entropy_built_from_topk_when_missing(tmp_path):
+    from fastuq.synth import corpus
+
+    table = corpus(120, protocol="mixed", seed=4, topk=3)
+    got = fastuq.score(table.drop_columns(["token_entropy"]), "sauce")["sauce"].to_numpy()
+    for k in range(0, 120, 17):
+        rec = table.slice(k, 1).to_pylist()[0]
+        ent = [np.mean([fastuq.compute_token_entropy(tk) for tk in rnd if tk is not None])
+               for rnd in rec["topk_logprobs"]]
+        assert got[k] == pytest.approx(
+            fastuq.sauce_score(rec["agreement"], ent, rec["protocol"]), abs=1e-12)
