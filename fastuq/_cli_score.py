@@ -73,9 +73,9 @@ def _summary(report, stream) -> None:
         labels = np.asarray(report.correct, bool)
         print(f"accuracy {labels.mean():.4f}", end="", file=stream)
         if 0 < labels.sum() < len(labels):
-            from sklearn.metrics import roc_auc_score
+            from .metrics import auroc
 
-            print(f"  AUROC(sauce) {roc_auc_score(labels, -scores):.4f}", end="", file=stream)
+            print(f"  AUROC(sauce) {auroc(labels, scores):.4f}", end="", file=stream)
         print(file=stream)
     print(f"wrote {report.output}", file=stream)
 
