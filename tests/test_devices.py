@@ -43,7 +43,8 @@ def test_two_host_devices_give_the_same_scores_and_do_not_recompile(tmp_path):
         print("ok")
         """
     )
+    # Run outside the checkout, so that the installed package (with fastuq.kernels) is used.
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=600)
+                         timeout=600, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.strip().endswith("ok")
