@@ -79,13 +79,23 @@ def rss_bytes() -> int:
 
 
 def peak_rss_bytes() -> int:
-    """Peak RSS of this process (``resource.getrusage(RUSAGE_SELF).ru_maxrss``), in bytes."""
+    """Peak RSS of this process in bytes: ``VmHWM`` from ``/proc/self/status`` on Linux (the
+    high-water mark that :func:`reset_peak_rss` resets), else ``ru_maxrss``. ``ru_maxrss``
+    alone is not used on Linux: it carries over from the parent across fork and exec, so a
+    small worker started by a large driver would report the driver's peak."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak) * (1 if sys.platform == "darwin" else 1024)
 
 
 def reset_peak_rss() -> bool:
-    """Reset the peak RSS (and so ``ru_maxrss``) to the current RSS; False if unsupported.
+    """Reset the peak RSS (``VmHWM``) to the current RSS; False if unsupported.
 
     Linux >= 4.0: writing ``5`` to ``/proc/self/clear_refs`` resets the high-water mark, so
     a phase's peak can be read without the spikes of the phases before it.

@@ -118,8 +118,9 @@ class Batch:
             raise ValueError(f"{self.source or 'corpus'}: no {name} column")
         return self.table.column(name).combine_chunks()
 
-    def protocol(self, override: str | None = None) -> str | np.ndarray:
-        """The protocol of every trajectory: ``override``, else the ``protocol`` column."""
+    def protocol(self, override: str | None = None) -> str | pa.Array:
+        """The protocol of every trajectory: ``override``, else the ``protocol`` column (an
+        Arrow string array ``[N]``)."""
         if override is not None:
             return override
         if "protocol" not in self.table.column_names:
@@ -128,7 +129,7 @@ class Batch:
         if col.null_count:
             k = int(np.argmax(col.is_null().to_numpy(zero_copy_only=False)))
             raise RecordError(f"trajectory {self.labels[k]}: no protocol (field protocol)", row=k)
-        return col.to_numpy(zero_copy_only=False)
+        return col.cast(pa.string())
 
     def rounds(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """A per-round column as ``([T, N], round_mask [T, N])``."""

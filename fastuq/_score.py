@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ._batch import Batch
 from ._errors import RecordError
@@ -157,9 +158,10 @@ class _SeenIds:
         if not len(self._seen) or not len(ids):
             return None
         h = self._hash(ids)
-        pos = np.searchsorted(self._seen, h)
-        hit = self._seen[np.minimum(pos, len(self._seen) - 1)] == h
-        return int(np.argmax(hit)) if hit.any() else None
+        order = np.argsort(h)
+        pos = np.searchsorted(self._seen, h[order])  # sorted queries: cache-friendly
+        hit = self._seen[np.minimum(pos, len(self._seen) - 1)] == h[order]
+        return int(order[hit].min()) if hit.any() else None
 
     def add(self, ids: pa.Array) -> None:
         merged = np.concatenate([self._seen, np.sort(self._hash(ids))])
@@ -390,8 +392,9 @@ def score_file(
             if isinstance(protos, str):
                 report.protocols[protos] = report.protocols.get(protos, 0) + batch.n
             elif protos is not None:
-                for k, v in zip(*np.unique(protos, return_counts=True), strict=True):
-                    report.protocols[str(k)] = report.protocols.get(str(k), 0) + int(v)
+                for item in pc.value_counts(protos).to_pylist():
+                    name = str(item["values"])
+                    report.protocols[name] = report.protocols.get(name, 0) + item["counts"]
             if keep_scores:
                 for m, s in scores.items():
                     kept.setdefault(m, []).append(s)
