@@ -149,19 +149,24 @@ def _modal_counts(cls: np.ndarray, vote: np.ndarray, rnd: _Level, n_rounds: int)
         return np.zeros(n_rounds, np.int64)
     if width <= _PAIRWISE_MAX_SLOTS:
         # dense [rounds, width] class matrix; -1 never votes. width**2 whole-array compares.
+        # Slot-major [width, rounds] so every slot's row is contiguous; counts in uint8
+        # (width <= _PAIRWISE_MAX_SLOTS < 256), so adding a comparison needs no int64 copy.
         code_t = np.int32 if cls.size == 0 or cls.max() < np.iinfo(np.int32).max else np.int64
-        grid = np.full((n_rounds, width), -1, code_t)
-        grid[rnd.parent, rnd.ramp()] = np.where(vote, cls, -1)
-        best = np.zeros(n_rounds, np.int64)
-        count = np.empty(n_rounds, np.int64)
+        grid = np.full((width, n_rounds), -1, code_t)
+        grid[rnd.ramp(), rnd.parent] = np.where(vote, cls, -1)
+        best = np.zeros(n_rounds, np.uint8)
+        count = np.empty(n_rounds, np.uint8)
+        eq = np.empty(n_rounds, bool)
         for i in range(width):
-            gi = grid[:, i]
-            count[:] = 0
+            gi = grid[i]
+            count.fill(1)
             for j in range(width):
-                count += grid[:, j] == gi
+                if j != i:
+                    np.equal(grid[j], gi, out=eq)
+                    count += eq
             count[gi < 0] = 0
             np.maximum(best, count, out=best)
-        return best
+        return best.astype(np.int64)
     # wide rounds: sort (round, class) pairs, count runs, keep each round's largest run
     r = rnd.parent[vote]
     c = cls[vote]
