@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from ._answers_check import answer_classes, check_answers
 from ._answers_extract import extract_answer
+from .schema import CANONICAL
 
 __all__ = [
     "ParsedRecord",
@@ -43,21 +44,11 @@ __all__ = [
     "table_from_columns",
 ]
 
-_STR_LIST2 = pa.list_(pa.list_(pa.string()))
 _BASE_FIELDS = [
-    pa.field("trajectory_id", pa.string(), nullable=False),
-    pa.field("question_id", pa.string()),
-    pa.field("protocol", pa.string()),
-    pa.field("n_agents", pa.int32()),
-    pa.field("reference", pa.string()),
-    pa.field("final_answer", pa.string()),
-    pa.field("correct", pa.bool_()),
-    pa.field("agreement", pa.list_(pa.float64())),
-    pa.field("answers", _STR_LIST2),
-    pa.field("texts", _STR_LIST2),
-    pa.field("flags", pa.list_(pa.string())),
-    pa.field("question", pa.string()),
-]
+    CANONICAL.field(name)
+    for name in ("trajectory_id", "question_id", "protocol", "n_agents", "reference",
+                 "final_answer", "correct", "agreement", "answers", "texts", "flags")
+] + [pa.field("question", pa.string())]
 
 
 @dataclass

@@ -40,6 +40,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ._arrow import combined as _combined
+from ._arrow import list_lengths as _lengths
+from ._arrow import ramp as _ramp
+from ._arrow import starts as _starts
+
 __all__ = [
     "POSITION_FLAG",
     "is_sauce",
@@ -102,26 +107,12 @@ def sauce_source_columns(wanted: Sequence[str], names: Sequence[str]) -> list[st
     return out
 
 
-def _combined(col: pa.ChunkedArray | pa.Array) -> pa.Array:
-    if isinstance(col, pa.ChunkedArray):
-        return col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
-    return col
 
 
-def _lengths(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    lens = pc.list_value_length(arr)
-    valid = lens.is_valid().to_numpy(zero_copy_only=False)
-    return lens.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64), valid
 
 
-def _starts(lengths: np.ndarray) -> np.ndarray:
-    out = np.zeros(lengths.size, np.int64)
-    np.cumsum(lengths[:-1], out=out[1:])
-    return out
 
 
-def _ramp(lengths: np.ndarray) -> np.ndarray:
-    return np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(_starts(lengths), lengths)
 
 
 def _offsets(lengths: np.ndarray) -> pa.Array:

@@ -20,6 +20,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ._arrow import combined as _combined
+from ._arrow import list_lengths as _lengths
+from ._arrow import ramp as _ramp
+from ._arrow import starts as _starts
 from ._errors import RecordError
 
 __all__ = [
@@ -105,14 +109,6 @@ def _fail(table: pa.Table, i: int, field: str, problem: str, source: str | None,
 # --- conform -----------------------------------------------------------------------------------
 
 
-def _combined(col: pa.ChunkedArray | pa.Array) -> pa.Array:
-    if isinstance(col, pa.ChunkedArray):
-        if col.num_chunks == 1:
-            return col.chunk(0)
-        if col.num_chunks == 0:
-            return pa.array([], col.type)
-        return col.combine_chunks()
-    return col
 
 
 def _first_uncastable(arr: pa.Array, target: pa.DataType) -> int:
@@ -174,23 +170,10 @@ def conform(
 # --- validate ----------------------------------------------------------------------------------
 
 
-def _lengths(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(lengths int64 with nulls as 0, valid bool) of a list array."""
-    lens = pc.list_value_length(arr)
-    valid = lens.is_valid().to_numpy(zero_copy_only=False)
-    return lens.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64), valid
 
 
-def _starts(lengths: np.ndarray) -> np.ndarray:
-    out = np.zeros(lengths.size, np.int64)
-    np.cumsum(lengths[:-1], out=out[1:])
-    return out
 
 
-def _ramp(lengths: np.ndarray) -> np.ndarray:
-    """``[sum(lengths)]``: position of each element within its group."""
-    total = int(lengths.sum())
-    return np.arange(total, dtype=np.int64) - np.repeat(_starts(lengths), lengths)
 
 
 class _Node:

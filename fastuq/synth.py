@@ -48,6 +48,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from fastuq import _synth_sim as sim
+from fastuq.schema import CANONICAL
 
 __all__ = ["PROTOCOLS", "corpus", "corpus_chunks", "main", "schema", "write"]
 
@@ -61,30 +62,15 @@ _PROTO_CODE = {"debate": 0, "dylan": 1}
 
 
 def schema(topk: bool = False) -> pa.Schema:
-    """The Arrow schema of ``corpus``'s tables (with the two token columns when ``topk``)."""
-    f64 = pa.list_(pa.float64())
-    fields = [
-        pa.field("trajectory_id", pa.string()),
-        pa.field("question_id", pa.string()),
-        pa.field("protocol", pa.string()),
-        pa.field("n_agents", pa.int32()),
-        pa.field("reference", pa.string()),
-        pa.field("final_answer", pa.string()),
-        pa.field("correct", pa.bool_()),
-        pa.field("agreement", f64),
-        pa.field("token_entropy", f64),
-        pa.field("answers", pa.list_(pa.list_(pa.string()))),
-        pa.field("seq_logprob", pa.list_(f64)),
-        pa.field("n_tokens", pa.list_(pa.list_(pa.int32()))),
-    ]
+    """The Arrow schema of ``corpus``'s tables (with the two token columns when ``topk``):
+    canonical columns (:data:`fastuq.schema.CANONICAL`) in a fixed order."""
+    names = ["trajectory_id", "question_id", "protocol", "n_agents", "reference",
+             "final_answer", "correct", "agreement", "token_entropy", "answers", "seq_logprob",
+             "n_tokens"]
     if topk:
-        f32 = pa.list_(pa.float32())
-        fields += [
-            pa.field("token_logprobs", pa.list_(pa.list_(f32))),
-            pa.field("topk_logprobs", pa.list_(pa.list_(pa.list_(f32)))),
-        ]
-    fields.append(pa.field("flags", pa.list_(pa.string())))
-    return pa.schema(fields)
+        names += ["token_logprobs", "topk_logprobs"]
+    names.append("flags")
+    return pa.schema([CANONICAL.field(name) for name in names])
 
 
 def corpus(
