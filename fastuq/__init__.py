@@ -23,8 +23,10 @@ __version__ = "0.1.0"
 
 _SUBMODULES = (
     "answers", "evaluation", "importers", "kernels", "metrics", "readers", "schema",
-    "selection", "signals", "synth",
+    "selection", "signals", "sweeps", "fit", "synth",
 )
+#: Functions of submodules, re-exported lazily (their modules import JAX on use only).
+_LAZY = {"sweep": "sweeps", "fit_sauce": "fit", "FitResult": "fit"}
 
 __all__ = [
     "ESTIMATORS",
@@ -41,6 +43,9 @@ __all__ = [
     "score",
     "score_file",
     "use_cpu_devices",
+    "sweep",
+    "fit_sauce",
+    "FitResult",
     *_SUBMODULES,
 ]
 
@@ -48,4 +53,6 @@ __all__ = [
 def __getattr__(name: str):
     if name in _SUBMODULES:
         return importlib.import_module(f"fastuq.{name}")
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"fastuq.{_LAZY[name]}"), name)
     raise AttributeError(f"module 'fastuq' has no attribute {name!r}")

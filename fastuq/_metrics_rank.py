@@ -24,6 +24,13 @@ From the sorted labels ``ys`` (0-based position ``j``) with ``P`` correct among 
   the oracle's area is ``P (1 + h[P])`` and the random one ``P`` (all areas times ``N``),
   so ``PRR = (U - P) / (P h[P])``.
 
+From :data:`FAST_MIN_ROWS` rows on, each column is instead ranked on its own by
+:mod:`fastuq._rank_fast` (the same packed keys sorted by Polars' integer sort for float32; a
+4-pass LSD radix argsort for other float64; a thread pool over columns), which gives the
+same order and the same numbers up to float64 rounding and is 3-5x faster on long columns;
+the block sort above stays for short columns, where one vectorised sort of many columns
+wins.
+
 The sums are first taken as if there were no ties (``s = e = j``: ``S2 = 2 sum ys[j] j``,
 ``U = sum ys[j] h[j]``), then corrected on the rows that lie in tie groups only. Memory is
 bounded by processing columns in blocks of about :data:`BLOCK_ELEMENTS` elements (``N x``
@@ -34,10 +41,12 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["BLOCK_ELEMENTS", "RANK_METRICS", "harmonic_tail", "rank_metrics"]
+__all__ = ["BLOCK_ELEMENTS", "FAST_MIN_ROWS", "RANK_METRICS", "harmonic_tail", "rank_metrics"]
 
 #: Elements (rows x columns) sorted per block; 2**22 uint64 keys = 32 MiB per temporary.
 BLOCK_ELEMENTS = 1 << 22
+#: Columns at least this long are ranked one by one by :mod:`fastuq._rank_fast`.
+FAST_MIN_ROWS = 1 << 14
 #: Metrics :func:`rank_metrics` can compute from one sort.
 RANK_METRICS = ("auroc", "auarc", "prr")
 
@@ -144,6 +153,11 @@ def rank_metrics(
     want_auarc = "auarc" in which
     if not (want_auroc or want_prr or want_auarc):
         return out
+    if n >= FAST_MIN_ROWS:
+        from ._rank_fast import rank_metrics_rows
+
+        full, _ = rank_metrics_rows(labels, x.T, which)
+        return {name: full[name] for name in which}
     h = harmonic_tail(n)
     hcum = np.concatenate(([0.0], np.cumsum(h)))  # H[j] = sum_{i<j} h[i]
     pos = np.arange(n, dtype=np.float64)

@@ -21,6 +21,8 @@ COMMANDS: dict[str, str] = {
     "import": "fastuq._cli_import",
     "eval": "fastuq._cli_eval",
     "select": "fastuq._cli_select",
+    "sweep": "fastuq._cli_sweep",
+    "fit": "fastuq._cli_fit",
 }
 
 

@@ -1,0 +1,777 @@
+"""Hyperparameter sweeps of SAUCE: exact metrics for every point of a parameter grid.
+
+>>> import numpy as np, fastuq.sweep
+>>> table = fastuq.sweep.sweep("rollouts.parquet",
+...                            grid={"lam": np.linspace(0.5, 1, 32),
+...                                  "q": np.geomspace(1e-3, 1, 32)},
+...                            metrics=("auroc", "auarc"), folds=5)
+>>> table.sort("auroc", descending=True).head()      # one row per grid point
+>>> table.cv.folds                                     # best point per fold, held-out metric
+
+(``fastuq.sweep(...)`` calls :func:`sweep` too: the module is callable.)
+
+How it runs. The corpus (or the arrays) is packed once into time-major ``[T, N]`` arrays. The
+grid, the Cartesian product of the given value lists, is cut into blocks of ``G <=
+chunk_points`` points; the jitted SAUCE kernel scores a whole block at once (``jax.vmap``
+over the swept parameters, the others broadcast per trajectory from the protocol presets),
+giving ``[G, N]`` scores on the device; the block is pulled to the host, where every row is
+sorted once (:mod:`fastuq._rank_fast`: float32 scores as unique packed 64-bit integer keys
+``score_key << 32 | row << 1 | label`` through Polars' integer sort; float64 by a 4-pass LSD
+radix argsort; a thread pool over rows) and its exact metrics follow in O(N). The next block
+is scored while the current one is ranked. Peak memory is about ``2 x chunk_points x N``
+scores plus ``~40 N`` bytes per sorting thread, whatever the grid size.
+
+Exactness. No binning: AUROC counts tied pairs one half (equal to scikit-learn's
+``roc_auc_score``); AUARC sorts by uncertainty with a stable sort (ties keep file order);
+PRR averages ties. Scores are computed and ranked in ``dtype``: float32 (the default) is
+plenty to rank SAUCE scores (its rounding error is far below anything a ranking notices; see
+``DESIGN.md``), but two scores that differ only past float32's precision tie there;
+``dtype="float64"`` scores and ranks in float64 (a 4-pass radix argsort, about twice the
+ranking time).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "PARAMS",
+    "SWEEP_METRICS",
+    "CVSummary",
+    "heatmap",
+    "parse_values",
+    "stratified_folds",
+    "sweep",
+]
+
+#: SAUCE parameters a grid may hold, in canonical order.
+PARAMS = ("lam", "q", "sigma2_0", "mu_0")
+#: Metrics a sweep computes (all exact, higher is better).
+SWEEP_METRICS = ("auroc", "auarc", "prr")
+#: Default score elements per block: ``chunk_points = max(1, BLOCK_ELEMENTS // N)``.
+BLOCK_ELEMENTS = 1 << 24
+
+ArrayLike = Any
+
+
+# --------------------------------------------------------------------------- input
+
+
+@dataclass
+class SauceData:
+    """A labelled corpus packed for SAUCE.
+
+    agreement, token_entropy: ``[T, N]`` float (padded slots hold 0).
+    round_mask: ``[T, N]`` bool, true where the round executed.
+    labels: ``[N]`` bool, correct = True.
+    protocol_codes: ``[N]`` int32 index into ``protocols``.
+    protocols: protocol names (``"debate"``, ``"dylan"``, ...).
+    """
+
+    agreement: np.ndarray
+    token_entropy: np.ndarray
+    round_mask: np.ndarray
+    labels: np.ndarray
+    protocol_codes: np.ndarray
+    protocols: tuple[str, ...]
+
+    @property
+    def n(self) -> int:
+        return int(self.labels.shape[0])
+
+    def subset(self, rows: np.ndarray) -> SauceData:
+        """The trajectories ``rows`` (indices or a boolean mask ``[N]``)."""
+        codes = self.protocol_codes[rows]
+        return SauceData(
+            np.ascontiguousarray(self.agreement[:, rows]),
+            np.ascontiguousarray(self.token_entropy[:, rows]),
+            np.ascontiguousarray(self.round_mask[:, rows]),
+            self.labels[rows],
+            codes,
+            self.protocols,
+        )
+
+    def presets(self, overrides: Mapping[str, object] | None = None) -> dict[str, np.ndarray]:
+        """Preset parameters per trajectory: name -> scalar (one protocol) or ``[N]``.
+
+        ``overrides`` (name -> value) replaces a parameter for every protocol; a protocol
+        without a preset needs every parameter overridden (ValueError otherwise).
+        """
+        from ._registry import get_estimator
+
+        est = get_estimator("sauce")
+        overrides = dict(overrides or {})
+        table = np.empty((len(self.protocols), len(PARAMS)))
+        for k, proto in enumerate(self.protocols):
+            values = est.resolve(proto, overrides)
+            table[k] = [float(values[p]) for p in PARAMS]  # type: ignore[arg-type]
+        dtype = self.agreement.dtype
+        if len(self.protocols) == 1:
+            return {p: np.asarray(table[0, i], dtype) for i, p in enumerate(PARAMS)}
+        return {
+            p: np.take(table[:, i].astype(dtype), self.protocol_codes) for i, p in enumerate(PARAMS)
+        }
+
+
+def _encode_protocols(values: Any, n: int) -> tuple[np.ndarray, tuple[str, ...]]:
+    if isinstance(values, str):
+        return np.zeros(n, np.int32), (values,)
+    protos = np.asarray(values).astype(str)
+    if protos.shape != (n,):
+        raise ValueError(f"protocol must be a string or one per trajectory ({n}), got "
+                         f"shape {protos.shape}")
+    names, codes = np.unique(protos, return_inverse=True)
+    return codes.astype(np.int32), tuple(str(s) for s in names)
+
+
+def _from_table(table, protocol: str | None, dtype: np.dtype, source: str, row0: int):
+    """Pack one Arrow table of canonical columns: ``(a, h, mask, labels|None, codes, names)``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from ._batch import Batch
+    from ._estimators import _same_rounds
+    from ._sauce import _validate
+
+    if "trajectory_id" not in table.column_names:
+        ids = pa.array(np.arange(row0, row0 + table.num_rows).astype(str))
+        table = table.append_column("trajectory_id", ids)
+    batch = Batch(table, source=source, row0=row0, dtype=dtype)
+    for name in ("agreement", "token_entropy"):
+        if not batch.has(name):
+            raise ValueError(f"{source or 'corpus'}: no {name} column (SAUCE needs agreement "
+                             "and token_entropy)")
+    a, mask = batch.rounds("agreement")
+    h, mask_h = batch.rounds("token_entropy")
+    _same_rounds(batch, mask, mask_h, "token_entropy")
+    _validate(a, h, mask, batch.labels)
+    labels = None
+    if "correct" in table.column_names:
+        col = batch.column("correct")
+        if col.null_count:
+            k = int(np.argmax(col.is_null().to_numpy(zero_copy_only=False)))
+            raise ValueError(f"trajectory {batch.labels[k]}: no label (field correct)")
+        labels = col.to_numpy(zero_copy_only=False).astype(bool)
+    if protocol is not None:
+        codes, names = np.zeros(batch.n, np.int32), (protocol,)
+    else:
+        if "protocol" not in table.column_names:
+            raise ValueError(f"{source or 'corpus'}: no protocol column; pass protocol=")
+        col = batch.column("protocol")
+        if col.null_count:
+            k = int(np.argmax(col.is_null().to_numpy(zero_copy_only=False)))
+            raise ValueError(f"trajectory {batch.labels[k]}: no protocol (field protocol)")
+        enc = pc.dictionary_encode(col.cast(pa.string()))
+        names = tuple(str(s) for s in enc.dictionary.to_pylist())
+        codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int32)
+    return a, h, mask, labels, codes, names
+
+
+def _merge(parts: list) -> tuple[np.ndarray, ...]:
+    """Concatenate packed chunks along N, padding rounds to the longest chunk."""
+    t_max = max(p[0].shape[0] for p in parts)
+    n = sum(p[0].shape[1] for p in parts)
+    dtype = parts[0][0].dtype
+    a = np.zeros((t_max, n), dtype)
+    h = np.zeros((t_max, n), dtype)
+    mask = np.zeros((t_max, n), bool)
+    names: list[str] = []
+    codes = np.empty(n, np.int32)
+    start = 0
+    for pa_, ph, pm, _, pcodes, pnames in parts:
+        t, m = pa_.shape
+        sl = slice(start, start + m)
+        a[:t, sl] = np.where(pm, pa_, 0)
+        h[:t, sl] = np.where(pm, ph, 0)
+        mask[:t, sl] = pm
+        remap = np.empty(len(pnames), np.int32)
+        for k, name in enumerate(pnames):
+            if name not in names:
+                names.append(name)
+            remap[k] = names.index(name)
+        codes[sl] = remap[pcodes] if m else pcodes
+        start += m
+    labels = None
+    if all(p[3] is not None for p in parts):
+        labels = np.concatenate([p[3] for p in parts]) if parts else np.zeros(0, bool)
+    return a, h, mask, labels, codes, tuple(names)
+
+
+def load_sauce_data(
+    data: ArrayLike,
+    *,
+    protocol: str | Sequence[str] | None = None,
+    labels: ArrayLike | None = None,
+    dtype: str | np.dtype = "float32",
+    chunk_rows: int = 1 << 18,
+) -> SauceData:
+    """Read and validate a labelled corpus for sweeps and fits.
+
+    Args:
+      data: a corpus file (Parquet, JSONL, JSONL.gz; read through
+        :func:`fastuq.readers.iter_chunks`), a pyarrow Table or Polars DataFrame of
+        canonical columns, or arrays ``(agreement [T, N], token_entropy [T, N],
+        round_mask [T, N], labels [N])`` (``labels`` may instead be passed as ``labels=``).
+      protocol: preset for every trajectory (default: the ``protocol`` column; ``"debate"``
+        for arrays); for arrays also one name per trajectory.
+      labels: ``[N]`` correctness labels (overrides the ``correct`` column).
+      dtype: ``"float32"`` or ``"float64"``.
+
+    Raises:
+      ValueError: invalid measurements (naming trajectory, round and field), missing labels
+        or protocols, shape mismatches.
+    """
+    dtype = np.dtype(dtype)
+    if dtype not in (np.float32, np.float64):
+        raise ValueError(f"dtype must be float32 or float64, got {dtype}")
+    if isinstance(data, (str, os.PathLike)):
+        from .readers import iter_chunks
+
+        if protocol is not None and not isinstance(protocol, str):
+            raise ValueError("with a corpus file, protocol must be one name (or None)")
+        parts = []
+        for chunk in iter_chunks(data, columns=[], chunk_rows=chunk_rows, optional_columns=[
+                "agreement", "token_entropy", "protocol", "correct"]):
+            parts.append(_from_table(chunk.table, protocol, dtype, chunk.source,
+                                     chunk.source_row0))
+        if not parts:
+            raise ValueError(f"{data}: the corpus is empty")
+        a, h, mask, y, codes, names = _merge(parts)
+    elif _is_table(data):
+        table = data.to_arrow() if hasattr(data, "to_arrow") else data
+        if protocol is not None and not isinstance(protocol, str):
+            raise ValueError("with a table, protocol must be one name (or None)")
+        a, h, mask, y, codes, names = _merge([_from_table(table, protocol, dtype, "", 0)])
+    else:
+        a, h, mask, y, codes, names = _from_arrays(data, protocol, dtype)
+    if labels is not None:
+        y = _as_labels(labels, a.shape[1])
+    if y is None:
+        raise ValueError("the corpus has no complete correct column; pass labels=")
+    if y.shape[0] != a.shape[1]:
+        raise ValueError(f"labels has {y.shape[0]} entries for {a.shape[1]} trajectories")
+    if a.shape[1] == 0:
+        raise ValueError("no trajectories")
+    return SauceData(a, h, mask, y, codes, names)
+
+
+def _is_table(data: Any) -> bool:
+    module = type(data).__module__ or ""
+    if module.startswith("pyarrow"):
+        return hasattr(data, "column_names")
+    return module.startswith("polars") and hasattr(data, "to_arrow")
+
+
+def _as_labels(labels: ArrayLike, n: int) -> np.ndarray:
+    from ._metrics_input import as_labels
+
+    y = as_labels(labels)
+    if y.shape[0] != n:
+        raise ValueError(f"labels has {y.shape[0]} entries for {n} trajectories")
+    return y
+
+
+def _from_arrays(data: Any, protocol, dtype: np.dtype):
+    from ._sauce import _validate
+
+    if not isinstance(data, (tuple, list)) or len(data) not in (3, 4):
+        raise ValueError(
+            "data must be a corpus path, a table, or a tuple (agreement [T, N], "
+            "token_entropy [T, N], round_mask [T, N][, labels [N]])"
+        )
+    a = np.asarray(data[0], dtype)
+    h = np.asarray(data[1], dtype)
+    mask = np.asarray(data[2])
+    if a.ndim != 2 or h.shape != a.shape or mask.shape != a.shape:
+        raise ValueError(f"agreement, token_entropy and round_mask must be [T, N] of one shape; "
+                         f"got {a.shape}, {h.shape}, {mask.shape}")
+    if mask.dtype != bool:
+        raise ValueError(f"round_mask must be bool, got {mask.dtype}")
+    _validate(a, h, mask, None)
+    a = np.where(mask, a, 0).astype(dtype)
+    h = np.where(mask, h, 0).astype(dtype)
+    y = _as_labels(data[3], a.shape[1]) if len(data) == 4 else None
+    codes, names = _encode_protocols("debate" if protocol is None else protocol, a.shape[1])
+    return a, h, mask, y, codes, names
+
+
+# --------------------------------------------------------------------------- grids
+
+
+def parse_values(text: str, *, log: bool = False) -> list[float]:
+    """Parse a command-line value spec into a list of floats.
+
+    ``"start:stop:count"`` gives ``count`` values from ``start`` to ``stop`` inclusive,
+    evenly spaced (``log=True``: evenly spaced in log, both ends > 0); ``"a,b,c"`` a list;
+    ``"v"`` one value.
+    """
+    text = text.strip()
+    try:
+        if ":" in text:
+            parts = text.split(":")
+            if len(parts) != 3:
+                raise ValueError
+            start, stop, count = float(parts[0]), float(parts[1]), int(parts[2])
+            if count < 1:
+                raise ValueError
+            if count == 1:
+                values = [start]
+            elif log:
+                if start <= 0 or stop <= 0:
+                    raise ValueError(f"log spacing needs start and stop > 0, got {text!r}")
+                values = np.geomspace(start, stop, count).tolist()
+            else:
+                values = np.linspace(start, stop, count).tolist()
+        else:
+            values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError as exc:
+        if str(exc):
+            raise
+        raise ValueError(
+            f"bad value spec {text!r}: expected start:stop:count, a,b,c or one number"
+        ) from None
+    if not values or not all(math.isfinite(v) for v in values):
+        raise ValueError(f"bad value spec {text!r}: values must be finite numbers")
+    return values
+
+
+def _grid_points(grid: Mapping[str, Any]) -> tuple[tuple[str, ...], np.ndarray]:
+    """``(names, points [G, S] float64)``: the Cartesian product, first name slowest."""
+    if not isinstance(grid, Mapping) or not grid:
+        raise ValueError(f"grid must be a non-empty mapping of parameter lists over {PARAMS}")
+    names = tuple(grid)
+    unknown = [k for k in names if k not in PARAMS]
+    if unknown:
+        raise ValueError(f"unknown grid parameter(s) {unknown}; known: {list(PARAMS)}")
+    lists = []
+    for k in names:
+        v = np.atleast_1d(np.asarray(grid[k], np.float64))
+        if v.ndim != 1 or v.size == 0:
+            raise ValueError(f"grid[{k!r}] must be a non-empty list of numbers")
+        if not np.isfinite(v).all():
+            raise ValueError(f"grid[{k!r}] holds a value that is not finite")
+        if k == "lam" and ((v < 0) | (v > 1)).any():
+            raise ValueError("grid['lam'] values must be in [0, 1]")
+        if k == "q" and (v < 0).any():
+            raise ValueError("grid['q'] values must be >= 0")
+        if k == "sigma2_0" and (v <= 0).any():
+            raise ValueError("grid['sigma2_0'] values must be > 0")
+        lists.append(v)
+    points = np.array(list(itertools.product(*lists)), np.float64).reshape(-1, len(names))
+    return names, points
+
+
+def stratified_folds(labels: np.ndarray, k: int, seed: int = 0) -> np.ndarray:
+    """Fold index ``[N]`` (int) of every trajectory: scikit-learn's
+    ``StratifiedKFold(k, shuffle=True, random_state=seed)`` on the labels, the folds
+    :func:`fastuq.metrics.brier_platt` uses too."""
+    from sklearn.model_selection import StratifiedKFold
+
+    if int(k) != k or k < 2:
+        raise ValueError(f"folds must be an integer >= 2, got {k!r}")
+    labels = np.asarray(labels, bool)
+    smallest = min(int(labels.sum()), int((~labels).sum()))
+    if smallest < k:
+        raise ValueError(f"{k}-fold cross-validation needs at least {k} trajectories of each "
+                         f"class; the smaller class has {smallest}")
+    fold = np.empty(labels.shape[0], np.int64)
+    skf = StratifiedKFold(n_splits=int(k), shuffle=True, random_state=seed)
+    for f, (_, test) in enumerate(skf.split(np.zeros((labels.shape[0], 1)), labels)):
+        fold[test] = f
+    return fold
+
+
+# --------------------------------------------------------------------------- scoring
+
+
+@dataclass
+class _Scorer:
+    """What the block scorer needs: device arrays, the fixed parameters and the jitted fn."""
+
+    data: SauceData
+    names: tuple[str, ...]
+    fixed: dict[str, np.ndarray]
+    dtype: np.dtype
+    chunk: int
+    device_arrays: tuple = ()
+    fn: Callable | None = None
+
+
+@functools.lru_cache(maxsize=32)
+def _vmapped_scan(names: tuple[str, ...]) -> Callable:
+    """The jitted block scorer for a set of swept parameters (cached, so that later sweeps
+    of the same parameters and shapes reuse its compilations)."""
+    import jax
+
+    from .kernels.sauce import SauceParams, sauce_scan
+
+    def one(a, h, m, fixed, point):
+        values = dict(zip(PARAMS, fixed, strict=True))
+        for i, name in enumerate(names):
+            values[name] = point[i]
+        return sauce_scan(a, h, m, SauceParams(**values), fields=("score",))["score"]
+
+    return jax.jit(jax.vmap(one, in_axes=(None, None, None, None, 0)))
+
+
+def _make_scorer(
+    data: SauceData, names: tuple[str, ...], dtype: np.dtype, chunk: int
+) -> _Scorer:
+    import jax.numpy as jnp
+
+    from ._runtime import x64_scope
+
+    overrides = {k: 0.5 for k in names}  # placeholders, so presets resolve for every protocol
+    fixed = data.presets(overrides)
+    with x64_scope(dtype):
+        arrays = tuple(jnp.asarray(x) for x in (data.agreement, data.token_entropy,
+                                                data.round_mask))
+        fixed_dev = tuple(jnp.asarray(fixed[p]) for p in PARAMS)
+    return _Scorer(data, names, fixed, dtype, chunk, arrays + (fixed_dev,), _vmapped_scan(names))
+
+
+def _score_block(scorer: _Scorer, points: np.ndarray):
+    """Scores of the grid points ``points [G, S]`` (S = swept parameters): a device array
+    ``[G, N]``, dispatched asynchronously (pull with ``np.asarray``)."""
+    import jax.numpy as jnp
+
+    from ._runtime import x64_scope
+
+    a, h, m, fixed = scorer.device_arrays
+    with x64_scope(scorer.dtype):
+        return scorer.fn(a, h, m, fixed, jnp.asarray(points, scorer.dtype))
+
+
+def _blocks(scorer: _Scorer, points: np.ndarray):
+    """Score ``points [G_total, S]`` block by block: yields ``(start, block_points [g, S],
+    scores [g, N] on the host)``. Each block is padded to ``scorer.chunk`` points (one
+    compilation) and the next block is dispatched before the current one is pulled."""
+    chunk = scorer.chunk
+
+    def dispatch(start: int):
+        block = points[start:start + chunk]
+        g = block.shape[0]
+        if g < chunk:
+            block = np.concatenate([block, np.repeat(block[-1:], chunk - g, axis=0)])
+        return _score_block(scorer, block), g
+
+    starts = list(range(0, points.shape[0], chunk))
+    pending = dispatch(starts[0]) if starts else None
+    for b, start in enumerate(starts):
+        nxt = dispatch(starts[b + 1]) if b + 1 < len(starts) else None
+        block, g = pending
+        yield start, points[start:start + g], _pull(block, g, scorer.dtype)
+        pending = nxt
+
+
+def _pull(block, g: int, dtype: np.dtype) -> np.ndarray:
+    x = np.asarray(block)[:g]
+    return x if x.dtype == dtype else x.astype(dtype)
+
+
+def _rank_block(labels, x, metrics, points, names, **kwargs):
+    """:func:`~fastuq._rank_fast.rank_metrics_rows` of a block, finiteness checked on the
+    way (a non-finite score names its grid point)."""
+    from ._rank_fast import NonFiniteScoreError, rank_metrics_rows
+
+    try:
+        return rank_metrics_rows(labels, x, metrics, check_finite=True, **kwargs)
+    except NonFiniteScoreError as exc:
+        point = ", ".join(f"{k}={v:g}" for k, v in zip(names, points[exc.row], strict=True))
+        raise ValueError(f"grid point ({point}) gives non-finite scores") from None
+
+
+def _preset_scores(data: SauceData, dtype: np.dtype) -> np.ndarray | None:
+    """SAUCE scores ``[N]`` with every trajectory's protocol preset (None: no preset)."""
+    from ._registry import SAUCE_PRESETS
+    from ._runtime import x64_scope
+    from .kernels.sauce import SauceParams, sauce_scan
+
+    if any(p not in SAUCE_PRESETS for p in data.protocols):
+        return None
+    params = data.presets()
+    with x64_scope(dtype):
+        out = sauce_scan(data.agreement, data.token_entropy, data.round_mask,
+                         SauceParams(*(params[p] for p in PARAMS)))["score"]
+        return np.asarray(out).astype(dtype, copy=False)
+
+
+# --------------------------------------------------------------------------- sweep
+
+
+@dataclass(frozen=True)
+class CVSummary:
+    """Cross-validated selection of a grid point.
+
+    metric: the selection metric (higher is better).
+    folds: one row per fold: ``fold``, the swept parameters of the point best on the fold's
+      training part, ``train_<metric>`` (its value there), ``heldout_<metric>`` (its value
+      on the held-out fold) and ``preset_heldout_<metric>`` (the protocol presets on the
+      same fold; null when a protocol has no preset).
+    mean_heldout: mean of the held-out metric over folds (the cross-validated estimate of
+      selecting by the sweep); mean_preset_heldout: the same for the presets (or None).
+    chosen: the point best on all data (swept parameters); chosen_metric: its metric.
+    """
+
+    metric: str
+    folds: Any
+    mean_heldout: float
+    mean_preset_heldout: float | None
+    chosen: dict[str, float]
+    chosen_metric: float
+
+
+def sweep(
+    corpus_or_arrays: ArrayLike,
+    grid: Mapping[str, Any],
+    metrics: Sequence[str] = ("auroc", "auarc"),
+    *,
+    protocol: str | Sequence[str] | None = None,
+    labels: ArrayLike | None = None,
+    dtype: str | np.dtype = "float32",
+    chunk_points: int | None = None,
+    folds: int | None = None,
+    select: str | None = None,
+    threads: int | None = None,
+    seed: int = 0,
+):
+    """Exact metrics of SAUCE for every point of a parameter grid.
+
+    Args:
+      corpus_or_arrays: a corpus file (Parquet/JSONL/JSONL.gz with ``agreement``,
+        ``token_entropy``, ``correct`` and ``protocol``), a pyarrow Table / Polars DataFrame
+        of those columns, or arrays ``(agreement [T, N], token_entropy [T, N],
+        round_mask [T, N], labels [N])`` (see :func:`load_sauce_data`).
+      grid: parameter name -> list of values, names from :data:`PARAMS`. The grid is the
+        Cartesian product (first name varies slowest). Parameters not in the grid come from
+        each trajectory's protocol preset (per trajectory for mixed corpora).
+      metrics: names from :data:`SWEEP_METRICS` (``"auroc"``, ``"auarc"``, ``"prr"``).
+      protocol: preset for every trajectory (default: the corpus' ``protocol`` column;
+        ``"debate"`` for arrays).
+      labels: ``[N]`` correctness labels overriding the corpus' ``correct``.
+      dtype: ``"float32"`` (default; scores and ranks in float32, ample for ranking) or
+        ``"float64"``.
+      chunk_points: grid points scored per block (``G``); the ``[G, N]`` score block is the
+        unit of memory. Default ``max(1, 2**24 // N)``.
+      folds: ``k`` for cross-validated selection: trajectories are split into ``k``
+        stratified folds (``seed``); on each fold's training part the best point by
+        ``select`` is picked and its held-out metric reported (``result.cv``).
+      select: the selection metric for ``folds`` (default ``metrics[0]``).
+      threads: host threads ranking score rows (default: the usable cores, at most 8).
+      seed: fold seed.
+
+    Returns:
+      a ``polars.DataFrame`` with one row per grid point, in grid order: the swept
+      parameters (Float64) and one Float64 column per metric. Two attributes ride on the
+      returned object (Polars keeps them on this object only, not on derived frames):
+      ``preset`` -- dict metric -> value with every trajectory's protocol preset (``None``
+      when a protocol has no preset) -- and ``cv`` -- a :class:`CVSummary` with ``folds``,
+      else ``None``.
+
+    Raises:
+      ValueError: bad grid, metric or data (see :func:`load_sauce_data`).
+    """
+    import polars as pl
+
+    from ._metrics_input import warn_single_class
+    from ._rank_fast import rank_metrics_rows
+
+    metrics = tuple(metrics)
+    unknown = [m for m in metrics if m not in SWEEP_METRICS]
+    if not metrics or unknown:
+        raise ValueError(f"metrics must be names from {SWEEP_METRICS}, got {list(metrics)}")
+    select = metrics[0] if select is None else select
+    if select not in metrics:
+        raise ValueError(f"select={select!r} must be one of the metrics {list(metrics)}")
+    names, points = _grid_points(grid)
+    dtype = np.dtype(dtype)
+    data = load_sauce_data(corpus_or_arrays, protocol=protocol, labels=labels, dtype=dtype)
+    n, g_total = data.n, points.shape[0]
+    if chunk_points is None:
+        chunk_points = max(1, BLOCK_ELEMENTS // n)
+    if int(chunk_points) != chunk_points or chunk_points < 1:
+        raise ValueError(f"chunk_points must be a positive integer, got {chunk_points!r}")
+    chunk = int(min(chunk_points, g_total))
+    n_pos = int(data.labels.sum())
+    for m in metrics:
+        if m != "auarc":
+            warn_single_class(m.upper(), n_pos, n)
+
+    fold = None if folds is None else stratified_folds(data.labels, folds, seed)
+    train = None if fold is None else [fold != f for f in range(int(folds))]
+
+    scorer = _make_scorer(data, names, dtype, chunk)
+    results = {m: np.full(g_total, np.nan) for m in metrics}
+    train_sel = None if fold is None else np.full((g_total, int(folds)), np.nan)
+    for start, block_points, x in _blocks(scorer, points):
+        g = x.shape[0]
+        full, parts = _rank_block(data.labels, x, metrics, block_points, names, subsets=train,
+                                  threads=threads)
+        for m in metrics:
+            results[m][start:start + g] = full[m]
+        if parts is not None:
+            train_sel[start:start + g] = parts[select]
+        del x
+
+    preset_x = _preset_scores(data, dtype)
+    preset = None
+    if preset_x is not None:
+        full, _ = rank_metrics_rows(data.labels, preset_x[None], metrics, threads=threads)
+        preset = {m: float(full[m][0]) for m in metrics}
+
+    table = pl.DataFrame(
+        {**{k: points[:, i] for i, k in enumerate(names)},
+         **{m: results[m] for m in metrics}},
+        schema={k: pl.Float64 for k in (*names, *metrics)},
+    )
+    cv = None
+    if fold is not None:
+        cv = _cv_summary(scorer, data, names, points, fold, train_sel, results[select], select,
+                         preset_x, threads)
+    table.preset = preset
+    table.cv = cv
+    return table
+
+
+def _cv_summary(scorer, data, names, points, fold, train_sel, all_sel, select, preset_x,
+                threads) -> CVSummary:
+    import polars as pl
+
+    from ._rank_fast import rank_metrics_rows
+
+    k = train_sel.shape[1]
+    if np.isnan(train_sel).all(axis=0).any():
+        raise ValueError(f"{select} is undefined on a training part; cannot select")
+    best = np.nanargmax(train_sel, axis=0)  # [k]; ties: first in grid order
+    distinct, inverse = np.unique(best, return_inverse=True)
+    x = np.concatenate([x for _, _, x in _blocks(scorer, points[distinct])])
+    tests = [fold == f for f in range(k)]
+    _, held = rank_metrics_rows(data.labels, x, (select,), subsets=tests, threads=threads)
+    heldout = held[select][inverse, np.arange(k)]
+    preset_held = [None] * k
+    if preset_x is not None:
+        _, ph = rank_metrics_rows(data.labels, preset_x[None], (select,), subsets=tests,
+                                  threads=threads)
+        preset_held = ph[select][0].tolist()
+    rows = {"fold": np.arange(k)}
+    for i, name in enumerate(names):
+        rows[name] = points[best, i]
+    rows[f"train_{select}"] = train_sel[best, np.arange(k)]
+    rows[f"heldout_{select}"] = heldout
+    rows[f"preset_heldout_{select}"] = preset_held
+    folds_df = pl.DataFrame(rows, schema={"fold": pl.Int64, **{c: pl.Float64 for c in rows
+                                                                 if c != "fold"}})
+    i_all = int(np.nanargmax(all_sel)) if not np.isnan(all_sel).all() else 0
+    return CVSummary(
+        metric=select,
+        folds=folds_df,
+        mean_heldout=float(np.mean(heldout)),
+        mean_preset_heldout=None if preset_x is None else float(np.mean(preset_held)),
+        chosen={name: float(points[i_all, i]) for i, name in enumerate(names)},
+        chosen_metric=float(all_sel[i_all]),
+    )
+
+
+# --------------------------------------------------------------------------- plotting
+
+
+def heatmap(
+    table,
+    metric: str,
+    path: str | os.PathLike,
+    *,
+    x: str | None = None,
+    y: str | None = None,
+    log: Sequence[str] = (),
+    title: str | None = None,
+) -> Path:
+    """Draw ``metric`` over two swept parameters as a heatmap PNG at ``path`` (atomically).
+
+    ``x``/``y`` default to the first two parameter columns of ``table`` with more than one
+    value; with more swept parameters each cell shows the best value over the others. With a
+    single swept parameter a line plot is drawn instead. ``log`` names axes drawn in log
+    scale. Needs matplotlib (ImportError with an install hint otherwise); uses the Agg
+    canvas and leaves pyplot's global state alone.
+    """
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError("plotting needs matplotlib: pip install matplotlib") from exc
+    import polars as pl
+
+    params = [c for c in table.columns if c in PARAMS]
+    varying = [c for c in params if table[c].n_unique() > 1]
+    if metric not in table.columns:
+        raise ValueError(f"table has no {metric!r} column")
+    if x is None or y is None:
+        free = [c for c in varying if c not in (x, y)]
+        x = x or (free.pop(0) if free else None)
+        y = y or (free.pop(0) if free else None)
+    if x is None:
+        raise ValueError("nothing to plot: no parameter takes more than one value")
+    fig = Figure(figsize=(6.4, 4.8), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    others = [c for c in varying if c not in (x, y)]
+    note = f" (best over {', '.join(others)})" if others else ""
+    if y is None:
+        line = table.group_by(x).agg(pl.col(metric).max()).sort(x)
+        ax.plot(line[x].to_numpy(), line[metric].to_numpy(), marker="o")
+        ax.set_xlabel(x)
+        ax.set_ylabel(metric)
+        if x in log:
+            ax.set_xscale("log")
+    else:
+        cells = table.group_by([x, y]).agg(pl.col(metric).max())
+        xs = np.unique(cells[x].to_numpy())
+        ys = np.unique(cells[y].to_numpy())
+        z = np.full((ys.size, xs.size), np.nan)
+        z[np.searchsorted(ys, cells[y].to_numpy()), np.searchsorted(xs, cells[x].to_numpy())] = (
+            cells[metric].to_numpy()
+        )
+        mesh = ax.pcolormesh(_edges(xs, x in log), _edges(ys, y in log), z, shading="flat",
+                             cmap="viridis")
+        fig.colorbar(mesh, ax=ax, label=metric)
+        if np.isfinite(z).any():
+            iy, ix = np.unravel_index(np.nanargmax(z), z.shape)
+            ax.plot(xs[ix], ys[iy], marker="*", color="red", markersize=14, linestyle="none",
+                    label=f"best {z[iy, ix]:.4f}")
+            ax.legend(loc="best")
+        ax.set_xlabel(x)
+        ax.set_ylabel(y)
+        if x in log:
+            ax.set_xscale("log")
+        if y in log:
+            ax.set_yscale("log")
+    ax.set_title(title or f"SAUCE {metric}{note}")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        fig.savefig(tmp, format="png")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def _edges(values: np.ndarray, log: bool) -> np.ndarray:
+    """Cell edges around sorted centres ``values`` (midpoints; in log space when ``log``)."""
+    v = np.log(values) if log and (values > 0).all() else values.astype(float)
+    if v.size == 1:
+        e = np.array([v[0] - 0.5, v[0] + 0.5])
+    else:
+        mid = (v[1:] + v[:-1]) / 2
+        e = np.concatenate([[v[0] - (mid[0] - v[0])], mid, [v[-1] + (v[-1] - mid[-1])]])
+    return np.exp(e) if log and (values > 0).all() else e
