@@ -13,7 +13,8 @@ Methods, on ragged batches (random lengths 1..T, prefix ``round_mask``), time-ma
   numpy       ``sauce_scan_numpy`` (score only), float64 and float32.
   jax         ``sauce_scan`` (score only; inputs already device arrays;
               ``block_until_ready``), float32 and float64, on 1 and on 2 XLA CPU devices
-              (the batch sharded along N with a ``NamedSharding``).
+              (the batch sharded along N with a ``NamedSharding``, each device scoring its
+              own slice through ``jax.shard_map``, as ``fastuq`` runs it).
   sauce_batch ``fastuq.sauce_batch`` end to end from NumPy arrays (validation, padding to a
               bucket, device transfer, kernel, copy back).
   floor       (bytes of agreement + entropy + mask + score) / memory bandwidth, the bandwidth
@@ -190,6 +191,15 @@ def worker_jax(spec: dict[str, Any]) -> dict[str, Any]:
         params = SauceParams(*(np.asarray(p, dtype) for p in DEBATE))
         if spec.get("block"):
             kernel = blocked_kernel(spec["block"], unroll, target)
+        elif spec["devices"] > 1:
+            # As fastuq runs it: every device scores its own slice (shard_map), so each runs
+            # the single-device program (fusion, cache blocking) on its local block.
+            from fastuq._runtime import per_device
+
+            local = per_device(_score_only, (1, 1, 1, None), unroll=unroll)
+
+            def kernel(a, h, mask, params):
+                return local(a, h, mask, params)["score"]
         else:
             def kernel(a, h, mask, params):
                 return sauce_scan(a, h, mask, params, fields=("score",), unroll=unroll)["score"]
@@ -208,6 +218,12 @@ def worker_jax(spec: dict[str, Any]) -> dict[str, Any]:
         res["score_sharding"] = str(box["score"].sharding)
         res.update(_summary(np.asarray(box["score"])))
     return res
+
+
+def _score_only(a, h, mask, params, *, unroll):
+    from fastuq.kernels.sauce import sauce_scan
+
+    return sauce_scan(a, h, mask, params, fields=("score",), unroll=unroll)
 
 
 def blocked_kernel(block: int, unroll, target):
@@ -470,8 +486,17 @@ def headline(data: dict[str, Any]) -> dict[str, Any]:
         out[key + "_best_x_floor"] = min(r["times_s"]) / floor
         if loop:
             out[key + "_x_loop"] = loop["per_trajectory_s"] * n / r["median_s"]
-    out["target_within_3x_floor"] = out.get("jax_f32_1dev_x_floor", np.inf) <= 3.0
-    out["target_1000x_loop"] = out.get("jax_f32_1dev_x_loop", 0.0) >= 1000.0
+    bw2 = data["bandwidth"].get("two_thread_bytes_per_s")
+    if bw2 and "jax_f32_2dev_ms" in out:
+        # Two devices read memory with two threads: also compare with that floor.
+        out["floor2_ms"] = floor_bytes(n, t_max, 4) / bw2 * 1e3
+        out["jax_f32_2dev_x_floor2"] = out["jax_f32_2dev_ms"] / out["floor2_ms"]
+    # The arrangement fastuq uses by default: one XLA device per core (2 here).
+    best = "jax_f32_2dev" if "jax_f32_2dev_ms" in out else "jax_f32_1dev"
+    out["default_arrangement"] = best
+    worst_floor = max(out.get(f"{best}_x_floor", np.inf), out.get(f"{best}_x_floor2", 0.0))
+    out["target_within_3x_floor"] = worst_floor <= 3.0
+    out["target_1000x_loop"] = out.get(f"{best}_x_loop", 0.0) >= 1000.0
     return out
 
 
@@ -491,17 +516,24 @@ def render(data: dict[str, Any]) -> str:
         "",
     ]
     if "jax_f32_1dev_x_floor" in h:
+        two = "jax_f32_2dev_ms" in h
         lines += [
-            f"**Headline** (N = {bc.fmt_count(h['n'])}, T = {h['t']}, float32): JAX "
-            f"{h['jax_f32_1dev_ms']:.1f} ms on 1 device = {h['jax_f32_1dev_x_floor']:.2f}× "
-            f"the floor (best of the repeats {h['jax_f32_1dev_best_x_floor']:.2f}×; floor "
-            f"{h['floor_ms']:.1f} ms; target ≤ 3×: "
-            f"{'met' if h['target_within_3x_floor'] else 'missed'}), "
-            f"{h.get('jax_f32_1dev_x_loop', float('nan')):,.0f}× the per-trajectory loop "
-            f"(target ≥ 1000×: {'met' if h['target_1000x_loop'] else 'missed'})"
-            + (f"; 2 devices {h['jax_f32_2dev_ms']:.1f} ms = {h['jax_f32_2dev_x_floor']:.2f}× "
-               f"the floor (best {h['jax_f32_2dev_best_x_floor']:.2f}×)"
-               if "jax_f32_2dev_ms" in h else "") + ".",
+            f"**Headline** (N = {bc.fmt_count(h['n'])}, T = {h['t']}, float32; floor "
+            f"{h['floor_ms']:.1f} ms at one-thread bandwidth"
+            + (f", {h['floor2_ms']:.1f} ms at two-thread bandwidth" if "floor2_ms" in h else "")
+            + "): "
+            + (f"on 2 devices (fastuq's default: one per core, each scoring its slice) JAX "
+               f"takes {h['jax_f32_2dev_ms']:.1f} ms = {h['jax_f32_2dev_x_floor']:.2f}× the "
+               f"one-thread floor"
+               + (f", {h['jax_f32_2dev_x_floor2']:.2f}× the two-thread floor"
+                  if "jax_f32_2dev_x_floor2" in h else "")
+               + f", {h.get('jax_f32_2dev_x_loop', float('nan')):,.0f}× the per-trajectory "
+               f"loop; " if two else "")
+            + f"on 1 device {h['jax_f32_1dev_ms']:.1f} ms = {h['jax_f32_1dev_x_floor']:.2f}× "
+            f"the floor, {h.get('jax_f32_1dev_x_loop', float('nan')):,.0f}× the loop. "
+            f"Targets (default arrangement): within 3× of the floor: "
+            f"{'met' if h['target_within_3x_floor'] else 'missed'}; at least 1000× the loop: "
+            f"{'met' if h['target_1000x_loop'] else 'missed'}.",
             "",
         ]
     lines.append(data["table"])

@@ -116,16 +116,8 @@ def _select(result: dict, fields: tuple[str, ...]) -> dict:
     return {name: result[name] for name in fields}
 
 
-#: Trajectories per cache-sized block for long debates (see :func:`sauce_scan`).
+#: A cache-sized block of trajectories, for callers that ask for blocking (``block=BLOCK``).
 BLOCK = 1 << 14
-
-
-def _default_block(t_max: int, n: int) -> int | None:
-    # Fully unrolled over many rounds, XLA splits the scan into several passes over memory;
-    # for long debates, a loop over cache-sized blocks of trajectories keeps the carry and
-    # the per-round intermediates in cache (measured 1.3-2.5x faster at T = 15 on CPU).
-    # At T <= 4 one fused pass is already at the memory floor.
-    return BLOCK if t_max > 4 and n > BLOCK and n % BLOCK == 0 else None
 
 
 def _scan(agreement, token_entropy, round_mask, params: SauceParams, fields, unroll) -> dict:
@@ -169,10 +161,12 @@ def sauce_scan(
         and ``TRACE_FIELDS`` (``[T, N]``, NaN where the round is masked). Only what is asked
         for is written, which matters at memory bandwidth.
       unroll: ``lax.scan`` unroll factor; ``None`` picks full unrolling for ``T <= 64``.
-      block: run the scan over blocks of this many trajectories in a loop (``N`` must be a
-        multiple); ``None`` picks :data:`BLOCK` for ``T > 4`` when it divides ``N``, else no
-        blocking; ``0`` disables it. ``unroll`` and ``block`` are compile-time choices only:
-        the numbers are the same.
+      block: run the scan over blocks of this many trajectories in a ``fori_loop`` (``N``
+        must be a multiple); ``None`` or ``0``: one pass over the whole batch (the default:
+        on CPU, blocks were 2-4x slower at T = 5-8 and at most 1.3x faster at T = 15, see
+        bench/README.md). ``unroll`` and ``block`` are compile-time choices only: the numbers
+        are the same. Under GSPMD sharding, call this per device (``jax.shard_map``) rather
+        than with ``block``: a partitioned block loop is an order of magnitude slower.
 
     Returns:
       dict name -> array in the input float dtype. ``n_rounds`` counts executed rounds;
@@ -182,8 +176,7 @@ def sauce_scan(
     t_max, n = agreement.shape
     params = SauceParams(*(jnp.asarray(p, dtype) for p in params))
     unroll = _default_unroll(t_max) if unroll is None else unroll
-    block = _default_block(t_max, n) if block is None else (block or None)
-    if block is None or block >= n:
+    if not block or block >= n:
         return _scan(agreement, token_entropy, round_mask, params, fields, unroll)
     if n % block:
         raise ValueError(f"block={block} does not divide the batch size {n}")

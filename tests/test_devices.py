@@ -31,7 +31,7 @@ def test_two_host_devices_give_the_same_scores_and_do_not_recompile(tmp_path):
         before = compiled_count()
         again = fastuq.score(path, "all", chunk_rows=1024)  # same buckets: no compilation
         assert compiled_count() == before, (before, compiled_count())
-        # Long debates take the cache-blocked path on each device.
+        # Long debates, several chunks, each device scoring its slice.
         rng = np.random.default_rng(0)
         n, t = 70000, 9
         a = rng.integers(0, 4, (t, n)) / 3.0
