@@ -254,3 +254,72 @@ def answer_classes(answers: Sequence[str | None], *, math: bool = False) -> np.n
         if prov[i] >= 0:
             ids[i] = final.setdefault(find(int(prov[i])), len(final))
     return ids
+
+
+def vote_classes(
+    names: Sequence[str],
+    codes: np.ndarray,
+    group: np.ndarray,
+    *,
+    math: bool = False,
+    processes: int | None = None,
+) -> np.ndarray:
+    """Class ids for counting votes within groups (rounds): equivalent answers of one group
+    share an id. Vectorized over slots; Python runs once per distinct answer (and, with
+    ``math``, once per distinct pair of classes that meet in a group).
+
+    Without ``math`` this is :func:`answer_classes` on the distinct answers (normalised
+    strings, and numbers within tolerance, share a class). With ``math=True`` two classes are
+    then merged when math-verify proves their answers equivalent, checking only pairs that
+    meet in some group (each distinct pair once, over ``processes`` workers), never all pairs
+    of a corpus: a corpus has many distinct answers but a round has a handful.
+
+    Args:
+      names: ``[D]`` the distinct answer strings.
+      codes: ``[S]`` int index into ``names`` of every slot's answer, -1 for no answer.
+      group: ``[S]`` int group (round) of every slot.
+
+    Returns:
+      ``[S]`` int64 class ids, -1 for slots that cannot vote.
+    """
+    codes = np.asarray(codes, np.int64)
+    group = np.asarray(group, np.int64)
+    if group.shape != codes.shape:
+        raise ValueError(f"group has shape {group.shape}, codes {codes.shape}")
+    base = answer_classes(list(names))  # per distinct string
+    cls = np.where(codes >= 0, base[np.maximum(codes, 0)] if len(base) else -1, -1)
+    if not math or not (cls >= 0).any():
+        return cls
+    n_cls = int(cls.max()) + 1
+    rep = np.full(n_cls, -1, np.int64)  # one answer string per class: its first name
+    valid = base >= 0
+    rep[base[valid][::-1]] = np.flatnonzero(valid)[::-1]
+    # Distinct (group, class) pairs, sorted; classes at distance d within one group pair up.
+    vote = cls >= 0
+    key = np.unique(np.stack([group[vote], cls[vote]], axis=1), axis=0)
+    pairs = []
+    for d in range(1, len(key)):
+        same = key[d:, 0] == key[:-d, 0]
+        if not same.any():
+            break
+        pairs.append(np.stack([key[:-d, 1][same], key[d:, 1][same]], axis=1))
+    if not pairs:
+        return cls
+    pairs = np.unique(np.concatenate(pairs), axis=0)
+    same = check_answers([names[rep[a]] for a in pairs[:, 0]],
+                         [names[rep[b]] for b in pairs[:, 1]], math=True, processes=processes)
+    parent = np.arange(n_cls)
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return int(x)
+
+    for (a, b), eq in zip(pairs.tolist(), same, strict=True):
+        if eq:
+            ra, rb = find(a), find(b)
+            if ra != rb:
+                parent[max(ra, rb)] = min(ra, rb)
+    root = np.array([find(k) for k in range(n_cls)])
+    return np.where(vote, root[np.maximum(cls, 0)], -1)

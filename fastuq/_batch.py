@@ -48,6 +48,8 @@ class Batch:
       dtype: float dtype of the packed arrays.
       observation_noise: when given, a constant token entropy (R_t) used for every round of
         corpora without ``token_entropy``.
+      math: when agreement is built from parsed answers, also let answers that math-verify
+        proves equivalent vote together (``fastuq[math]``); processes: its worker processes.
     """
 
     def __init__(
@@ -59,12 +61,16 @@ class Batch:
         rows: np.ndarray | None = None,
         dtype: np.dtype | type = np.float64,
         observation_noise: float | None = None,
+        math: bool = False,
+        processes: int | None = None,
     ) -> None:
         self.table = table
         self.source = source
         self.row0 = row0
         self.dtype = np.dtype(dtype)
         self.observation_noise = observation_noise
+        self.math = math
+        self.processes = processes
         self.n = table.num_rows
         self.ids = table.column("trajectory_id").combine_chunks()
         if rows is None:
@@ -154,19 +160,24 @@ class Batch:
 
     def _agreement_from_answers(self) -> tuple[np.ndarray, np.ndarray]:
         """Agreement per round from the parsed ``answers``: equivalent answers (equal after
-        normalisation, or equal numbers: ``0.5`` and ``\\frac{1}{2}``) vote together; each
-        distinct answer string of the chunk is normalised once."""
+        normalisation, or equal numbers: ``0.5`` and ``\\frac{1}{2}``; with ``math``, also
+        proven equal by math-verify) vote together. Each distinct answer string of the chunk
+        is normalised once; math-verify checks only pairs that meet in a round."""
         import pyarrow.compute as pc
 
-        from .answers import answer_classes
+        from ._arrow import list_lengths
+        from .answers import vote_classes
         from .signals import agreement_from_answers
 
         answers = self.column("answers")
-        flat = pc.list_flatten(pc.list_flatten(answers))
+        rounds = pc.list_flatten(answers)
+        flat = pc.list_flatten(rounds)
         enc = pc.dictionary_encode(flat.cast(pa.string()))
-        per_distinct = answer_classes(enc.dictionary.to_pylist())
         codes = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
-        classes = np.where(codes >= 0, per_distinct[np.maximum(codes, 0)], -1)
+        slots, _ = list_lengths(rounds)
+        group = np.repeat(np.arange(len(rounds)), slots)
+        classes = vote_classes(enc.dictionary.to_pylist(), codes, group, math=self.math,
+                               processes=self.processes)
         n_agents = self.column("n_agents") if self._present("n_agents") else None
         values, mask = agreement_from_answers(answers, n_agents, classes=classes,
                                               ids=self.ids, padded=True)

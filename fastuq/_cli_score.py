@@ -41,6 +41,12 @@ def add_parser(sub) -> None:
                          "(SAUCE on agreement alone); without it missing entropy is an error")
     sc.add_argument("--confidence", choices=("msp", "mean_logprob", "neg_entropy"),
                     help="UMAS node confidence (default msp: sum of token log-probabilities)")
+    sc.add_argument("--math", action="store_true",
+                    help="when agreement is built from parsed answers, also let answers that "
+                         "math-verify proves equivalent vote together (pip install "
+                         "'fastuq[math]')")
+    sc.add_argument("--processes", type=int, metavar="N",
+                    help="worker processes for the --math checks")
     sc.add_argument("--on-error", choices=("raise", "skip"), default="raise",
                     help="a bad record stops the run (raise, default) or is skipped, counted "
                          "and listed with its reason in OUT.skipped.jsonl (skip)")
@@ -103,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
                 q=args.q, sigma2_0=args.sigma2_0, mu_0=args.mu_0, dtype=args.dtype,
                 backend=args.backend, chunk_rows=args.chunk_rows, progress=bar,
                 observation_noise=args.observation_noise, confidence=args.confidence,
-                on_error=args.on_error, skipped_path=args.skipped,
+                on_error=args.on_error, skipped_path=args.skipped, math=args.math,
+                processes=args.processes,
                 keep_scores=sample,
             )
         except (ValueError, FileNotFoundError) as exc:

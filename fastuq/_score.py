@@ -187,7 +187,7 @@ class Skipped:
 def _score_table(
     table: pa.Table, chunk, rows: np.ndarray, resolved: tuple[str, ...] | None, *,
     methods, protocol, params, dtype, backend, observation_noise, check: bool,
-    seen: _SeenIds | None,
+    seen: _SeenIds | None, math: bool = False, processes: int | None = None,
 ) -> tuple[Batch, tuple[str, ...], dict[str, np.ndarray]]:
     if check:
         from .schema import validate
@@ -200,7 +200,8 @@ def _score_table(
             raise RecordError(f"{chunk.source}: row {int(rows[k])}: field trajectory_id: "
                               f"duplicate id {tid!r} (first seen in an earlier chunk)", row=k)
     batch = Batch(table, source=chunk.source, row0=chunk.source_row0, rows=rows,
-                  dtype=np.dtype(dtype), observation_noise=observation_noise)
+                  dtype=np.dtype(dtype), observation_noise=observation_noise, math=math,
+                  processes=processes)
     if resolved is None:
         resolved = _resolve_methods(methods, batch)
     scores = {}
@@ -225,6 +226,8 @@ def iter_scores(
     observation_noise: float | None = None,
     on_error: str = "raise",
     skipped: list[Skipped] | None = None,
+    math: bool = False,
+    processes: int | None = None,
 ) -> Iterator[tuple[Batch, dict[str, np.ndarray]]]:
     """Score ``source`` chunk by chunk: yields ``(batch, {method: scores [n]})`` in order.
 
@@ -238,6 +241,9 @@ def iter_scores(
         naming the source, row, trajectory and field. ``"skip"``: bad records are left out
         and appended to ``skipped`` (a caller-owned list) with their reason; every other
         record is scored. Lines that are not valid JSON still stop the run.
+      math, processes: when agreement is built from parsed answers, also count answers that
+        math-verify proves equivalent as one vote (checked once per distinct pair that meets
+        in a round, over ``processes`` workers).
     """
     from .readers import iter_chunks
 
@@ -259,7 +265,7 @@ def iter_scores(
     resolved: tuple[str, ...] | None = None
     seen = _SeenIds()
     kw = dict(methods=methods, protocol=protocol, params=params, dtype=dtype, backend=backend,
-              observation_noise=observation_noise, seen=seen)
+              observation_noise=observation_noise, seen=seen, math=math, processes=processes)
     for chunk in reader:
         table = chunk.table
         rows = np.arange(chunk.source_row0, chunk.source_row0 + table.num_rows)
@@ -298,6 +304,7 @@ def score(
     backend: str = "jax",
     chunk_rows: int = 1 << 18,
     observation_noise: float | None = None,
+    math: bool = False,
     **params: object,
 ) -> pa.Table:
     """Score a corpus in memory: a table with ``trajectory_id``, one float64 column per
@@ -308,6 +315,7 @@ def score(
     for batch, scores in iter_scores(
         source, methods=methods, protocol=protocol, params=params, dtype=dtype,
         backend=backend, chunk_rows=chunk_rows, observation_noise=observation_noise,
+        math=math,
     ):
         cols = {"trajectory_id": batch.ids, **scores}
         for extra in ("question_id", "correct"):
@@ -334,6 +342,8 @@ def score_file(
     observation_noise: float | None = None,
     on_error: str = "raise",
     skipped_path: str | os.PathLike | None = None,
+    math: bool = False,
+    processes: int | None = None,
     progress: Callable[[int, int | None], None] | None = None,
     keep_scores: bool = False,
 ) -> ScoreReport:
@@ -357,6 +367,7 @@ def score_file(
         skipped records are written, one JSON object per line with ``source``, ``row``,
         ``trajectory_id`` and ``reason``, to ``skipped_path`` (default:
         ``OUTPUT.skipped.jsonl``), and counted in the report.
+      math, processes: see :func:`iter_scores`.
       progress: called as ``progress(rows_done, rows_total_or_None)`` after each chunk.
       keep_scores: keep the score arrays (and labels) in the report, for summaries.
     """
@@ -378,7 +389,7 @@ def score_file(
         for batch, scores in iter_scores(
             input, methods=methods, protocol=protocol, params=params, dtype=dtype,
             backend=backend, chunk_rows=chunk_rows, observation_noise=observation_noise,
-            on_error=on_error, skipped=skipped,
+            on_error=on_error, skipped=skipped, math=math, processes=processes,
         ):
             if writer is None:
                 report.methods = tuple(scores)

@@ -24,6 +24,7 @@ from ._answers_check import (
     answers_equivalent,
     check_answers,
     math_verify_available,
+    vote_classes,
 )
 from ._answers_extract import extract_answer, extract_answers
 from ._answers_normalize import normalize_answer, numeric_value
@@ -31,6 +32,7 @@ from ._answers_normalize import normalize_answer, numeric_value
 __all__ = [
     "REL_TOL",
     "answer_classes",
+    "vote_classes",
     "answers_equivalent",
     "check_answers",
     "extract_answer",

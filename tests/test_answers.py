@@ -294,3 +294,48 @@ def test_math_verify_classes_and_check():
     got = check_answers([r"2\sqrt{2}", "3", None], [r"\sqrt{8}", r"\sqrt{8}", "1"], math=True)
     np.testing.assert_array_equal(got, [True, False, False])
     assert not answers_equivalent(r"\sqrt{8}", "3", math=True)
+
+
+def test_vote_classes_without_math_equal_answer_classes():
+    from fastuq.answers import answer_classes, vote_classes
+
+    names = ["12", "12.0", "x", "1/2", "0.5", ""]
+    codes = np.array([0, 1, -1, 2, 3, 4, 5, 0])
+    got = vote_classes(names, codes, np.array([0, 0, 0, 1, 1, 1, 2, 2]))
+    base = answer_classes(names)
+    expected = [base[c] if c >= 0 else -1 for c in codes]
+    assert got.tolist() == expected
+    assert got[0] == got[1] and got[4] == got[5] and got[6] == -1  # "" never votes
+
+
+@pytest.mark.skipif(not HAS_MATH_VERIFY, reason="math-verify not installed")
+def test_vote_classes_math_merges_only_what_math_verify_proves():
+    from fastuq.answers import vote_classes
+
+    names = ["x^2+2x", "2x+x^2", "\\sqrt{8}", "2\\sqrt{2}", "7"]
+    # Round 0: the two polynomials and 7; round 1: the two roots.
+    codes = np.array([0, 1, 4, 2, 3])
+    group = np.array([0, 0, 0, 1, 1])
+    plain = vote_classes(names, codes, group)
+    assert len(set(plain.tolist())) == 5
+    merged = vote_classes(names, codes, group, math=True)
+    assert merged[0] == merged[1] and merged[3] == merged[4]
+    assert merged[2] not in (merged[0], merged[3])
+
+
+@pytest.mark.skipif(not HAS_MATH_VERIFY, reason="math-verify not installed")
+def test_score_math_agreement_from_answers(tmp_path):
+    import pyarrow as pa
+
+    import fastuq
+
+    table = pa.table({
+        "trajectory_id": ["a", "b"], "protocol": ["debate", "debate"],
+        "n_agents": pa.array([3, 3], pa.int32()),
+        "answers": pa.array([[["x^2+2x", "2x+x^2", "7"]], [["7", "8", None]]],
+                            pa.list_(pa.list_(pa.string()))),
+    })
+    plain = fastuq.score(table, "mean_agreement")["mean_agreement"].to_numpy()
+    merged = fastuq.score(table, "mean_agreement", math=True)["mean_agreement"].to_numpy()
+    assert plain.tolist() == [-1 / 3, -1 / 3]
+    assert merged.tolist() == [-2 / 3, -1 / 3]
