@@ -83,6 +83,16 @@ def _summary(report, stream) -> None:
 
             print(f"  AUROC(sauce) {auroc(labels, scores):.4f}", end="", file=stream)
         print(file=stream)
+        if report.protocol is not None and len(report.protocols) > 1:
+            # Presets differ by protocol, so pooled scores mix scales: show each protocol.
+            from .metrics import auroc
+
+            for name in sorted(report.protocols):
+                keep = report.protocol == name
+                y = labels[keep]
+                if 0 < y.sum() < len(y):
+                    print(f"  {name}: n {keep.sum():,}  accuracy {y.mean():.4f}  "
+                          f"AUROC(sauce) {auroc(y, scores[keep]):.4f}", file=stream)
     print(f"wrote {report.output}", file=stream)
 
 

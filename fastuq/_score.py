@@ -34,6 +34,7 @@ class ScoreReport:
     protocols: dict[str, int] = field(default_factory=dict)
     scores: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     correct: np.ndarray | None = field(default=None, repr=False)
+    protocol: np.ndarray | None = field(default=None, repr=False)
     skipped: list = field(default_factory=list, repr=False)
     skipped_path: str | None = None
 
@@ -381,6 +382,7 @@ def score_file(
     report = ScoreReport(input=str(input), output=str(output))
     kept: dict[str, list[np.ndarray]] = {}
     kept_correct: list[np.ndarray | None] = []
+    kept_protocol: list[np.ndarray] = []
     skipped: list[Skipped] = []
     start = time.perf_counter()
     writer = None
@@ -410,6 +412,10 @@ def score_file(
                 for m, s in scores.items():
                     kept.setdefault(m, []).append(s)
                 kept_correct.append(batch.correct())
+                if protos is not None:
+                    kept_protocol.append(np.full(batch.n, protos, object)
+                                         if isinstance(protos, str)
+                                         else protos.to_numpy(zero_copy_only=False))
             done = report.n_rows + len(skipped)
             if progress is not None:
                 progress(done, total)
@@ -438,6 +444,8 @@ def score_file(
         report.scores = {m: np.concatenate(v) for m, v in kept.items()}
         if kept_correct and all(c is not None for c in kept_correct):
             report.correct = np.concatenate(kept_correct)
+        if kept_protocol and sum(map(len, kept_protocol)) == report.n_rows:
+            report.protocol = np.concatenate(kept_protocol)
     return report
 
 

@@ -119,7 +119,18 @@ def test_sample_summary(capsys):
     out = capsys.readouterr().out
     sample = pq.read_table(sample_corpus_path())
     assert f"scored {sample.num_rows:,} trajectories" in out
-    assert "AUROC(sauce)" in out
+    # Pooled and per-protocol AUROC, checked against scikit-learn on the scalar API's scores.
+    from sklearn.metrics import roc_auc_score
+
+    rows = sample.select(["agreement", "token_entropy", "protocol", "correct"]).to_pylist()
+    score = np.array([fastuq.sauce_score(r["agreement"], r["token_entropy"], r["protocol"])
+                      for r in rows])
+    y = np.array([r["correct"] for r in rows])
+    assert f"AUROC(sauce) {roc_auc_score(y, -score):.4f}" in out
+    for proto in ("debate", "dylan"):
+        keep = np.array([r["protocol"] == proto for r in rows])
+        assert (f"{proto}: n {keep.sum():,}  accuracy {y[keep].mean():.4f}  "
+                f"AUROC(sauce) {roc_auc_score(y[keep], -score[keep]):.4f}") in out
 
 
 def test_help_does_not_import_jax():
