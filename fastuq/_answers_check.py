@@ -20,7 +20,7 @@ import multiprocessing
 import os
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from fractions import Fraction
 from functools import lru_cache
@@ -259,7 +259,7 @@ def answer_classes(answers: Sequence[str | None], *, math: bool = False) -> np.n
 def vote_classes(
     names: Sequence[str],
     codes: np.ndarray,
-    group: np.ndarray,
+    group: np.ndarray | Callable[[], np.ndarray],
     *,
     math: bool = False,
     processes: int | None = None,
@@ -277,19 +277,20 @@ def vote_classes(
     Args:
       names: ``[D]`` the distinct answer strings.
       codes: ``[S]`` int index into ``names`` of every slot's answer, -1 for no answer.
-      group: ``[S]`` int group (round) of every slot.
+      group: ``[S]`` int group (round) of every slot, or a function returning it (only
+        called with ``math=True``).
 
     Returns:
       ``[S]`` int64 class ids, -1 for slots that cannot vote.
     """
     codes = np.asarray(codes, np.int64)
-    group = np.asarray(group, np.int64)
-    if group.shape != codes.shape:
-        raise ValueError(f"group has shape {group.shape}, codes {codes.shape}")
     base = answer_classes(list(names))  # per distinct string
     cls = np.where(codes >= 0, base[np.maximum(codes, 0)] if len(base) else -1, -1)
     if not math or not (cls >= 0).any():
         return cls
+    group = np.asarray(group() if callable(group) else group, np.int64)
+    if group.shape != codes.shape:
+        raise ValueError(f"group has shape {group.shape}, codes {codes.shape}")
     n_cls = int(cls.max()) + 1
     rep = np.full(n_cls, -1, np.int64)  # one answer string per class: its first name
     valid = base >= 0

@@ -174,8 +174,10 @@ class Batch:
         flat = pc.list_flatten(rounds)
         enc = pc.dictionary_encode(flat.cast(pa.string()))
         codes = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
-        slots, _ = list_lengths(rounds)
-        group = np.repeat(np.arange(len(rounds)), slots)
+        def group() -> np.ndarray:  # the round of every slot (math-verify checks only)
+            slots, _ = list_lengths(rounds)
+            return np.repeat(np.arange(len(rounds)), slots)
+
         classes = vote_classes(enc.dictionary.to_pylist(), codes, group, math=self.math,
                                processes=self.processes)
         n_agents = self.column("n_agents") if self._present("n_agents") else None

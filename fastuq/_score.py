@@ -152,20 +152,27 @@ class _SeenIds:
 
     def __init__(self) -> None:
         self._seen = np.empty(0, np.uint64)
+        self._pending: np.ndarray | None = None  # sorted hashes of the last chunk checked
 
     def first_repeat(self, ids: pa.Array) -> int | None:
-        """Index in ``ids`` of the first id seen in an earlier chunk, or ``None``; the chunk's
-        ids are not recorded (call :meth:`add` once the chunk is accepted)."""
-        if not len(self._seen) or not len(ids):
-            return None
+        """Index in ``ids`` of the first id seen in an earlier chunk, or ``None``. The
+        chunk's ids are not recorded until :meth:`add` (which reuses this call's hashes)."""
         h = self._hash(ids)
         order = np.argsort(h)
-        pos = np.searchsorted(self._seen, h[order])  # sorted queries: cache-friendly
-        hit = self._seen[np.minimum(pos, len(self._seen) - 1)] == h[order]
+        self._pending = h[order]
+        if not len(self._seen) or not len(ids):
+            return None
+        pos = np.searchsorted(self._seen, self._pending)  # sorted queries: cache-friendly
+        hit = self._seen[np.minimum(pos, len(self._seen) - 1)] == self._pending
         return int(order[hit].min()) if hit.any() else None
 
     def add(self, ids: pa.Array) -> None:
-        merged = np.concatenate([self._seen, np.sort(self._hash(ids))])
+        """Record ``ids`` (the chunk last passed to :meth:`first_repeat`)."""
+        new = self._pending
+        if new is None or len(new) != len(ids):
+            new = np.sort(self._hash(ids))
+        self._pending = None
+        merged = np.concatenate([self._seen, new])
         self._seen = np.sort(merged, kind="stable")  # two sorted runs: a linear merge
 
     @staticmethod
@@ -173,6 +180,56 @@ class _SeenIds:
         import polars as pl
 
         return pl.Series(ids).hash(seed=0).to_numpy()
+
+
+def _prefetch(iterator: Iterator, depth: int = 1) -> Iterator:
+    """Items of ``iterator``, produced by a background thread up to ``depth`` items ahead.
+
+    Reading and decoding (Arrow, Parquet, JSON: C++ that releases the GIL) of the next chunk
+    then overlaps with packing and scoring of the current one, on the other core. Memory grows
+    by ``depth`` chunks. An exception in the producer is raised here, in order.
+    """
+    import queue
+    import threading
+
+    items: queue.Queue = queue.Queue(maxsize=depth)
+    done = object()
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in iterator:
+                while not stop.is_set():
+                    try:
+                        items.put(("item", item), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            items.put(("end", done))
+        except BaseException as exc:  # handed to the consumer
+            items.put(("error", exc))
+
+    thread = threading.Thread(target=produce, name="fastuq-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, value = items.get()
+            if kind == "item":
+                yield value
+            elif kind == "error":
+                raise value
+            else:
+                return
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a producer waiting on a full queue
+            try:
+                items.get_nowait()
+            except queue.Empty:
+                pass
+            thread.join(timeout=0.05)
 
 
 @dataclass
@@ -267,7 +324,7 @@ def iter_scores(
     seen = _SeenIds()
     kw = dict(methods=methods, protocol=protocol, params=params, dtype=dtype, backend=backend,
               observation_noise=observation_noise, seen=seen, math=math, processes=processes)
-    for chunk in reader:
+    for chunk in _prefetch(reader):
         table = chunk.table
         rows = np.arange(chunk.source_row0, chunk.source_row0 + table.num_rows)
         if on_error == "raise":
