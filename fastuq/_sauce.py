@@ -300,7 +300,13 @@ def _encode(values, n: int) -> tuple[list[str], np.ndarray]:
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
     if not isinstance(values, pa.Array):
-        values = pa.array(np.asarray(values, dtype=object).astype(str), pa.string())
+        values = np.asarray(values)
+        if values.dtype.kind not in "OUS":
+            raise ValueError(f"protocol must hold strings, got dtype {values.dtype}")
+        try:  # Python strings convert directly (10x faster than astype(str) first)
+            values = pa.array(values, pa.string())
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            raise ValueError("protocol must hold strings (one per trajectory)") from None
     if len(values) != n:
         raise ValueError(f"protocol must be a string or one per trajectory ({n}), got "
                          f"{len(values)}")
