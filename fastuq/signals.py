@@ -82,7 +82,8 @@ class _Level:
 
     def ramp(self) -> np.ndarray:
         """Position of every flat value within its list."""
-        return np.arange(self.parent.size, dtype=np.int64) - np.repeat(self.start, self.lengths)
+        # a gather through the cached parent index, cheaper than a second np.repeat
+        return np.arange(self.parent.size, dtype=np.int64) - self.start[self.parent]
 
     def position(self, child: int) -> int:
         """Position of flat value ``child`` within its list."""
