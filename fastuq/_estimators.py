@@ -10,7 +10,7 @@ import numpy as np
 from ._batch import Batch
 from ._errors import RecordError
 from ._runtime import run_bucketed
-from ._sauce import sauce_batch
+from ._sauce import sauce_batch, validate_rounds
 
 __all__ = ["CONFIDENCES", "node_confidence", "run_sauce", "run_umas", "run_umas_fix"]
 
@@ -173,34 +173,14 @@ def run_node_baseline(name: str):
 
 def _round_baseline(batch: Batch, name: str, backend: str) -> np.ndarray:
     a, mask = batch.rounds("agreement")
-    empty = ~mask.any(axis=0)
-    if empty.any():
-        n = int(np.argmax(empty))
-        raise RecordError(f"trajectory {batch.labels[n]}: no executed round (field agreement)",
-                          row=n)
-    with np.errstate(invalid="ignore"):
-        bad = mask & ~(np.isfinite(a) & (a >= 0) & (a <= 1))
-    if bad.any():
-        n, t = np.unravel_index(int(np.argmax(bad.T)), bad.T.shape)
-        raise RecordError(f"trajectory {batch.labels[int(n)]}, round {int(t)}: agreement = "
-                          f"{a[t, n]} is missing or outside [0, 1]", row=int(n))
     inputs = [(a, 1, 0.0), (mask, 1, False)]
+    h = None
     if name == "weighted_agreement":
         h, mask_h = batch.rounds("token_entropy")
         _same_rounds(batch, mask, mask_h, "token_entropy")
-        with np.errstate(invalid="ignore"):
-            bad = mask & ~(np.isfinite(h) & (h >= 0))
-        if bad.any():
-            n, t = np.unravel_index(int(np.argmax(bad.T)), bad.T.shape)
-            raise RecordError(f"trajectory {batch.labels[int(n)]}, round {int(t)}: "
-                              f"token_entropy = {h[t, n]} is missing or negative", row=int(n))
         inputs.append((h, 1, 0.0))
-    from ._registry import get_estimator
-
-    kernel = get_estimator(name).kernel(backend)  # round_baselines(_numpy)
-    if backend == "numpy":
-        return kernel(*[x for x, _, _ in inputs], fields=(name,))[name]
-    return run_bucketed(kernel, inputs, batch.n, batch.dtype, fields=(name,))[name]
+    validate_rounds(a, h, mask, batch.labels)
+    return _run(batch, name, backend, (name,), inputs)[name]
 
 
 def run_round_baseline(name: str):

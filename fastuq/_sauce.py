@@ -260,10 +260,15 @@ def _name(ids: Sequence[str] | None, n: int) -> str:
     return f"trajectory {ids[n]!r}" if ids is not None else f"trajectory {n}"
 
 
-def _validate(
-    a: np.ndarray, h: np.ndarray, mask: np.ndarray, ids: Sequence[str] | None
+def validate_rounds(
+    a: np.ndarray, h: np.ndarray | None, mask: np.ndarray, ids: Sequence[str] | None
 ) -> None:
-    """ValueError naming the first bad (trajectory, round, field), in trajectory order."""
+    """Check per-round signals ``[T, N]`` at executed rounds: every trajectory has a round,
+    agreement is finite and in [0, 1], token entropy (unless ``h`` is None) finite and >= 0.
+
+    Raises:
+      RecordError: naming the first bad (trajectory, round, field), in trajectory order.
+    """
     empty = ~mask.any(axis=0)
     if empty.any():
         n = int(np.argmax(empty))
@@ -272,9 +277,12 @@ def _validate(
         checks = (
             ("agreement", ~np.isfinite(a), "is missing or not finite"),
             ("agreement", (a < 0) | (a > 1), "is outside [0, 1]"),
-            ("token_entropy", ~np.isfinite(h), "is missing or not finite"),
-            ("token_entropy", h < 0, "is negative"),
         )
+        if h is not None:
+            checks += (
+                ("token_entropy", ~np.isfinite(h), "is missing or not finite"),
+                ("token_entropy", h < 0, "is negative"),
+            )
     first = None
     for field_name, bad, what in checks:
         bad = bad & mask
@@ -420,7 +428,7 @@ def sauce_batch(
     t_max, n = a.shape
     if trajectory_ids is not None and len(trajectory_ids) != n:
         raise ValueError(f"trajectory_ids has {len(trajectory_ids)} names for {n} trajectories")
-    _validate(a, h, mask, trajectory_ids)
+    validate_rounds(a, h, mask, trajectory_ids)
     overrides = {"lam": lam, "q": q, "sigma2_0": sigma2_0, "mu_0": mu_0}
     params = _params_arrays(n, protocol, overrides, dtype, trajectory_ids)
     from .kernels.sauce import SUMMARY_FIELDS, TRACE_FIELDS, SauceParams

@@ -140,7 +140,7 @@ def _from_table(table, protocol: str | None, dtype: np.dtype, source: str, row0:
 
     from ._batch import Batch
     from ._estimators import _same_rounds
-    from ._sauce import _validate
+    from ._sauce import validate_rounds
 
     if "trajectory_id" not in table.column_names:
         ids = pa.array(np.arange(row0, row0 + table.num_rows).astype(str))
@@ -153,7 +153,7 @@ def _from_table(table, protocol: str | None, dtype: np.dtype, source: str, row0:
     a, mask = batch.rounds("agreement")
     h, mask_h = batch.rounds("token_entropy")
     _same_rounds(batch, mask, mask_h, "token_entropy")
-    _validate(a, h, mask, batch.labels)
+    validate_rounds(a, h, mask, batch.labels)
     labels = None
     if "correct" in table.column_names:
         col = batch.column("correct")
@@ -281,7 +281,7 @@ def _as_labels(labels: ArrayLike, n: int) -> np.ndarray:
 
 
 def _from_arrays(data: Any, protocol, dtype: np.dtype):
-    from ._sauce import _validate
+    from ._sauce import validate_rounds
 
     if not isinstance(data, (tuple, list)) or len(data) not in (3, 4):
         raise ValueError(
@@ -296,7 +296,7 @@ def _from_arrays(data: Any, protocol, dtype: np.dtype):
                          f"got {a.shape}, {h.shape}, {mask.shape}")
     if mask.dtype != bool:
         raise ValueError(f"round_mask must be bool, got {mask.dtype}")
-    _validate(a, h, mask, None)
+    validate_rounds(a, h, mask, None)
     a = np.where(mask, a, 0).astype(dtype)
     h = np.where(mask, h, 0).astype(dtype)
     y = _as_labels(data[3], a.shape[1]) if len(data) == 4 else None
