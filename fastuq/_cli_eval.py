@@ -45,6 +45,9 @@ def add_parser(sub) -> None:
     ev.add_argument("--units", choices=("percent", "fraction"), default="percent",
                     help="units of the printed table (default percent, like the paper's)")
     ev.add_argument("--markdown", action="store_true", help="print a markdown table")
+    ev.add_argument("--by", choices=("protocol",),
+                    help="also evaluate each protocol on its own (presets put protocols on "
+                         "different scales, so pooled metrics of a mixed corpus mix them)")
     ev.add_argument("--json", metavar="OUT", dest="json_out",
                     help="write every number (fractions, full precision), n and metadata")
     ev.add_argument("--plots", metavar="DIR",
@@ -120,7 +123,8 @@ def _evaluate(args, source: Path, methods, metrics):
         scores = ev.read_scores(args.scores, methods)
         joined = ev.join_labels(labels, scores)
         names = [c for c in scores.columns if c != "trajectory_id"]
-        return joined["correct"].to_numpy(), joined.select(names), names
+        groups = joined["protocol"].to_numpy() if "protocol" in joined.columns else None
+        return joined["correct"].to_numpy(), joined.select(names), names, groups
 
     import fastuq
 
@@ -139,7 +143,9 @@ def _evaluate(args, source: Path, methods, metrics):
     )
     labels = _label_array(table, str(source))
     names = [c for c in table.column_names if c in fastuq.ESTIMATORS]
-    return labels, table.select(names), names
+    groups = (table["protocol"].to_numpy(zero_copy_only=False)
+              if "protocol" in table.column_names else None)
+    return labels, table.select(names), names, groups
 
 
 def run(args: argparse.Namespace) -> int:
@@ -163,8 +169,19 @@ def run(args: argparse.Namespace) -> int:
                              f"{', '.join(METRICS)}")
         if expected is not None:  # compute whatever the expectations list
             metrics += [m for m in ev.expected_metrics(expected) if m not in metrics]
-        labels, scores, names = _evaluate(args, source, methods, metrics)
+        labels, scores, names, groups = _evaluate(args, source, methods, metrics)
         table = ev.evaluation_table(labels, scores, metrics=metrics)
+        by_group = {}
+        if args.by == "protocol":
+            if groups is None:
+                raise ValueError(f"{source}: --by protocol needs a protocol column")
+            import polars as pl
+
+            frame = scores if isinstance(scores, pl.DataFrame) else pl.from_arrow(scores)
+            for name in sorted(set(groups.tolist())):
+                keep = groups == name
+                by_group[name] = ev.evaluation_table(labels[keep], frame.filter(pl.Series(keep)),
+                                                     metrics=metrics)
         plots = ev.write_plots(labels, scores, args.plots) if args.plots else []
     except (ValueError, FileNotFoundError, ImportError) as exc:
         print(f"fastuq eval: error: {exc}", file=sys.stderr)
@@ -178,6 +195,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"{source.name}: {n:,} trajectories, accuracy {shown}; metrics in {args.units}"
               f" (higher is better except Brier-Platt and ECE)")
     print(ev.format_table(table, markdown=args.markdown, percent=percent))
+    for name, sub in by_group.items():
+        print(f"\nprotocol {name}: {int(sub['n'][0]):,} trajectories")
+        print(ev.format_table(sub, markdown=args.markdown, percent=percent))
     check = ev.check_expectations(table, expected) if expected is not None else None
 
     if args.json_out:
@@ -194,6 +214,7 @@ def run(args: argparse.Namespace) -> int:
             "n": n,
             "accuracy": acc,
             "estimators": ev.table_records(table),
+            "by_protocol": {k: ev.table_records(v) for k, v in by_group.items()} or None,
             "expect": None if check is None else {"file": str(Path(args.expect).resolve()),
                                                   **check.to_dict()},
             "plots": [str(p) for p in plots],

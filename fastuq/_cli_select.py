@@ -39,8 +39,9 @@ def run(args: argparse.Namespace) -> int:
         for need in ("question_id", "correct"):
             if need not in table.column_names:
                 raise ValueError(f"{args.input}: the corpus has no {need} column")
-        names = [c for c in table.column_names
-                 if c not in ("trajectory_id", "question_id", "correct")]
+        from ._registry import ESTIMATORS
+
+        names = [c for c in table.column_names if c in ESTIMATORS]
         result = best_of_k(table["question_id"], {n: table[n].to_numpy() for n in names},
                            table["correct"].to_numpy())
     except (ValueError, FileNotFoundError) as exc:

@@ -366,8 +366,8 @@ def score(
     **params: object,
 ) -> pa.Table:
     """Score a corpus in memory: a table with ``trajectory_id``, one float64 column per
-    method (uncertainty; higher = less likely correct), and ``question_id`` and ``correct``
-    when the corpus has them. See :func:`score_file` for the arguments; ``params`` are
+    method (uncertainty; higher = less likely correct), and ``question_id``, ``protocol`` and
+    ``correct`` when the corpus has them. See :func:`score_file` for the arguments; ``params`` are
     estimator parameters (``lam=``, ``q=``, ``confidence=``, ...)."""
     tables = []
     for batch, scores in iter_scores(
@@ -376,7 +376,7 @@ def score(
         math=math,
     ):
         cols = {"trajectory_id": batch.ids, **scores}
-        for extra in ("question_id", "correct"):
+        for extra in ("question_id", "protocol", "correct"):
             if extra in batch.table.column_names:
                 cols[extra] = batch.column(extra)
         tables.append(pa.table(cols))

@@ -202,9 +202,10 @@ def table_records(df: pl.DataFrame) -> dict[str, dict[str, float | int | None]]:
 
 
 def read_labels(corpus: str | os.PathLike, *, chunk_rows: int = 1 << 18) -> pl.DataFrame:
-    """``trajectory_id`` (str) and ``correct`` (bool) of every record of a corpus, in input
-    order, read by :func:`fastuq.readers.iter_chunks` as :func:`fastuq.score` reads it (the
-    SAUCE release's ``record_uid`` is its ``trajectory_id``).
+    """``trajectory_id`` (str), ``correct`` (bool) and, when the corpus has it, ``protocol``
+    (str) of every record of a corpus, in input order, read by
+    :func:`fastuq.readers.iter_chunks` as :func:`fastuq.score` reads it (the SAUCE release's
+    ``record_uid`` is its ``trajectory_id``).
 
     Raises ValueError when the corpus has no ``correct`` labels at all (no such field, or
     every value null); rows with a null label are kept as null (see :func:`join_labels`).
@@ -213,7 +214,8 @@ def read_labels(corpus: str | os.PathLike, *, chunk_rows: int = 1 << 18) -> pl.D
 
     ids: list[pa.Array] = []
     correct: list[pa.Array] = []
-    for chunk in iter_chunks(corpus, columns=[], optional_columns=["correct"],
+    protocol: list[pa.Array] = []
+    for chunk in iter_chunks(corpus, columns=[], optional_columns=["correct", "protocol"],
                              chunk_rows=chunk_rows, validate=False):
         table = chunk.table
         ids.append(table.column("trajectory_id").combine_chunks())
@@ -221,12 +223,18 @@ def read_labels(corpus: str | os.PathLike, *, chunk_rows: int = 1 << 18) -> pl.D
             correct.append(table.column("correct").combine_chunks().cast(pa.bool_()))
         else:
             correct.append(pa.nulls(table.num_rows, pa.bool_()))
-    df = pl.DataFrame(
-        {
-            "trajectory_id": pl.Series(pa.chunked_array(ids, pa.string())),
-            "correct": pl.Series(pa.chunked_array(correct, pa.bool_())),
-        }
-    )
+        if "protocol" in table.column_names:
+            protocol.append(table.column("protocol").combine_chunks().cast(pa.string()))
+        else:
+            protocol.append(pa.nulls(table.num_rows, pa.string()))
+    columns = {
+        "trajectory_id": pl.Series(pa.chunked_array(ids, pa.string())),
+        "correct": pl.Series(pa.chunked_array(correct, pa.bool_())),
+    }
+    protocol_col = pa.chunked_array(protocol, pa.string())
+    if protocol_col.null_count < len(protocol_col):
+        columns["protocol"] = pl.Series(protocol_col)
+    df = pl.DataFrame(columns)
     _require_labels(df, str(corpus))
     return df
 
@@ -292,7 +300,7 @@ def _first_duplicate(ids: pl.Series, what: str) -> None:
 
 def join_labels(labels: pl.DataFrame, scores: pl.DataFrame) -> pl.DataFrame:
     """Join ``scores`` (``trajectory_id`` + score columns) to ``labels`` (``trajectory_id``,
-    ``correct``) by id: ``trajectory_id``, ``correct`` and the score columns, one row per
+    ``correct``, optionally ``protocol``) by id: those columns and the score columns, one row per
     trajectory in the labels' (corpus) order, whatever the order of the scores -- so AUARC's
     stable tie order is the corpus file order, as when scoring the corpus directly.
 
@@ -306,7 +314,8 @@ def join_labels(labels: pl.DataFrame, scores: pl.DataFrame) -> pl.DataFrame:
             row = int(ids.is_null().arg_true()[0])
             raise ValueError(f"row {row} of the {what} has no trajectory_id")
         _first_duplicate(ids, what)
-    lab = labels.select("trajectory_id", "correct").with_row_index("_row")
+    keep = [c for c in ("trajectory_id", "correct", "protocol") if c in labels.columns]
+    lab = labels.select(keep).with_row_index("_row")
     extra = scores.join(lab, on="trajectory_id", how="anti")
     if extra.height:
         raise ValueError(

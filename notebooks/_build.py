@@ -23,19 +23,20 @@ from fastuq.synth import corpus, write
 write(corpus(20_000, protocol="mixed", seed=7), "corpus.parquet")
 start = time.perf_counter()
 scores = fastuq.score("corpus.parquet", "all")
-print(f"scored {scores.num_rows:,} trajectories x {scores.num_columns - 3} estimators "
+n_est = sum(c in fastuq.ESTIMATORS for c in scores.column_names)
+print(f"scored {scores.num_rows:,} trajectories x {n_est} estimators "
       f"in {time.perf_counter() - start:.2f} s (first call includes compilation)")
 scores.column_names"""),
     nbf.v4.new_markdown_cell("Exact AUROC, AUARC, PRR, Brier after out-of-fold Platt scaling, and ECE, for all columns at once:"),
     nbf.v4.new_code_cell("""import polars as pl
 import pyarrow.parquet as pq
-names = [c for c in scores.column_names if c not in ("trajectory_id", "question_id", "correct")]
+names = [c for c in scores.column_names if c in fastuq.ESTIMATORS]
 labels = scores["correct"].to_numpy()
 table = fastuq.metrics.evaluate(labels, {n: scores[n].to_numpy() for n in names})
 pl.DataFrame(table).sort("auroc", descending=True)"""),
     nbf.v4.new_markdown_cell("""SAUCE's two presets (debate: lam .95, DyLAN: lam .70) put the two protocols' scores on
 different scales, so pooled metrics of a mixed corpus understate it. Per protocol:"""),
-    nbf.v4.new_code_cell("""protocols = pq.read_table("corpus.parquet", columns=["protocol"])["protocol"].to_numpy()
+    nbf.v4.new_code_cell("""protocols = scores["protocol"].to_numpy()
 rows = []
 for proto in ("debate", "dylan"):
     keep = protocols == proto

@@ -152,4 +152,5 @@ def test_missing_inputs_are_named(tmp_path):
     with pytest.raises(ValueError, match="umas needs seq_logprob"):
         fastuq.score(path, "umas")
     assert fastuq.score(path, "all").column_names == [
-        "trajectory_id", "sauce", "last_agreement", "mean_agreement", "weighted_agreement"]
+        "trajectory_id", "sauce", "last_agreement", "mean_agreement", "weighted_agreement",
+        "protocol"]

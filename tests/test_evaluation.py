@@ -452,3 +452,31 @@ def test_cli_jsonl_corpus_with_csv_scores(capsys, tmp_path):
     row = out.splitlines()[-1].split()
     assert row[0] == "mine" and row[1] == f"{roc_auc_score(correct, -u):.4f}"
     assert row[-1] == str(n)
+
+
+@pytest.mark.parametrize("with_scores_file", [False, True])
+def test_eval_by_protocol_matches_sklearn_per_protocol(tmp_path, capsys, with_scores_file):
+    sample = pq.read_table(sample_corpus_path())
+    rows = sample.select(["trajectory_id", "agreement", "token_entropy", "protocol",
+                          "correct"]).to_pylist()
+    score = np.array([fastuq.sauce_score(r["agreement"], r["token_entropy"], r["protocol"])
+                      for r in rows])
+    y = np.array([r["correct"] for r in rows])
+    proto = np.array([r["protocol"] for r in rows])
+    argv = [str(sample_corpus_path()), "--by", "protocol", "--units", "fraction",
+            "--json", str(tmp_path / "e.json")]
+    if with_scores_file:
+        scores = tmp_path / "s.parquet"
+        pq.write_table(pa.table({"trajectory_id": [r["trajectory_id"] for r in rows][::-1],
+                                 "sauce": score[::-1]}), scores)
+        argv += ["--scores", str(scores)]
+    code, out, _ = run_cli(capsys, *argv)
+    assert code == 0 and "protocol debate: 1,000 trajectories" in out
+    doc = json.loads((tmp_path / "e.json").read_text())
+    for name in ("debate", "dylan"):
+        keep = proto == name
+        got = doc["by_protocol"][name]["sauce"]
+        assert got["n"] == keep.sum()
+        assert got["auroc"] == pytest.approx(roc_auc_score(y[keep], -score[keep]), abs=1e-9)
+    assert doc["estimators"]["sauce"]["auroc"] == pytest.approx(roc_auc_score(y, -score),
+                                                                abs=1e-9)
