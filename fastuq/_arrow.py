@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["combined", "list_lengths", "ramp", "starts"]
+__all__ = ["combined", "list_lengths", "offsets", "ramp", "starts"]
 
 
 def combined(col: pa.ChunkedArray | pa.Array) -> pa.Array:
@@ -26,6 +26,13 @@ def list_lengths(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     lens = pc.list_value_length(arr)
     valid = lens.is_valid().to_numpy(zero_copy_only=False)
     return lens.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64), valid
+
+
+def offsets(lengths: np.ndarray, dtype=np.int64) -> np.ndarray:
+    """``[len(lengths) + 1]`` list offsets (0, then the running total)."""
+    out = np.zeros(lengths.size + 1, dtype)
+    np.cumsum(lengths, out=out[1:])
+    return out
 
 
 def starts(lengths: np.ndarray) -> np.ndarray:

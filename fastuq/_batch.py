@@ -225,43 +225,34 @@ class Batch:
         return col.to_numpy(zero_copy_only=False).astype(bool)
 
 
-def _pack_predecessors(col: pa.Array, n_slots: int | None, labels) -> np.ndarray:
+def _pack_predecessors(col: pa.Array, n_slots: int, labels) -> np.ndarray:
     """``list<list<list<int>>>`` predecessors to packed bit rows ``[T, N, A]`` (uint32)."""
     import pyarrow.compute as pc
 
+    from ._arrow import list_lengths, offsets
+
+    traj_len, _ = list_lengths(col)  # rounds per trajectory
     rounds = pc.list_flatten(col)  # per (trajectory, round): list over agents
+    round_len, _ = list_lengths(rounds)  # agent slots per round
     nodes = pc.list_flatten(rounds)  # per node: list of predecessor indices (null: silent)
-    lengths = pc.list_value_length(nodes).fill_null(0).to_numpy(zero_copy_only=False)
+    node_len, _ = list_lengths(nodes)
     preds = pc.list_flatten(nodes).to_numpy(zero_copy_only=False).astype(np.int64)
-    owner = np.repeat(np.arange(len(nodes)), lengths)
-    limit = 32 if n_slots is None else n_slots
-    bad = (preds < 0) | (preds >= limit)
+    owner = np.repeat(np.arange(len(nodes)), node_len)
+    bad = (preds < 0) | (preds >= n_slots)
     if bad.any():
-        # Find the trajectory of the offending node for the message.
         node = int(owner[np.argmax(bad)])
-        per_round = pc.list_value_length(rounds).fill_null(0).to_numpy(zero_copy_only=False)
-        round_of_node = np.repeat(np.arange(len(rounds)), per_round)
-        per_traj = pc.list_value_length(col).fill_null(0).to_numpy(zero_copy_only=False)
-        traj = int(np.repeat(np.arange(len(col)), per_traj)[round_of_node[node]])
+        round_of_node = np.repeat(np.arange(len(rounds)), round_len)
+        traj = int(np.repeat(np.arange(len(col)), traj_len)[round_of_node[node]])
         raise RecordError(
             f"trajectory {labels[traj]}: predecessor {int(preds[np.argmax(bad)])} is not an "
-            f"agent slot in [0, {limit}) (field predecessors)", row=traj
+            f"agent slot in [0, {n_slots}) (field predecessors)", row=traj
         )
     bits = np.zeros(len(nodes), np.int64)
     np.bitwise_or.at(bits, owner, np.left_shift(1, preds))
     bits_col = pa.ListArray.from_arrays(
-        _offsets(rounds),
+        pa.array(offsets(round_len, np.int32)),
         pa.array(bits, pa.int64(), mask=nodes.is_null().to_numpy(zero_copy_only=False)),
     )
-    nested = pa.ListArray.from_arrays(_offsets(col), bits_col)
+    nested = pa.ListArray.from_arrays(pa.array(offsets(traj_len, np.int32)), bits_col)
     values, _, _ = pack_nodes(nested, dtype=np.uint32, n_agents=n_slots, fill=0)
     return values
-
-
-def _offsets(col: pa.Array) -> pa.Array:
-    import pyarrow.compute as pc
-
-    lengths = pc.list_value_length(col).fill_null(0).to_numpy(zero_copy_only=False)
-    offsets = np.zeros(len(lengths) + 1, np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    return pa.array(offsets)

@@ -12,6 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ._arrow import list_lengths, offsets, ramp
+
 __all__ = ["pack_lists", "pack_nodes", "pack_offsets", "pack_ragged", "ragged_to_flat"]
 
 
@@ -62,10 +64,8 @@ def ragged_to_flat(rows: Sequence[Sequence[float | None]]) -> tuple[np.ndarray, 
     """Flatten Python sequences (one per trajectory) to ``(values float64, offsets [N + 1])``;
     ``None`` becomes NaN."""
     lengths = np.fromiter((len(r) for r in rows), np.int64, count=len(rows))
-    offsets = np.zeros(lengths.size + 1, np.int64)
-    np.cumsum(lengths, out=offsets[1:])
     flat = np.array(list(chain.from_iterable(rows)), dtype=np.float64)
-    return flat, offsets
+    return flat, offsets(lengths)
 
 
 def pack_ragged(
@@ -76,14 +76,6 @@ def pack_ragged(
     return pack_offsets(flat, offsets, t_max=t_max)
 
 
-def _lengths_offsets(col: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    lengths = pc.list_value_length(col).fill_null(0).to_numpy(zero_copy_only=False)
-    lengths = lengths.astype(np.int64, copy=False)
-    offsets = np.zeros(lengths.size + 1, np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    return lengths, offsets
-
-
 def pack_lists(
     col: pa.Array, *, dtype=np.float64, t_max: int | None = None, n_padded: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -92,9 +84,9 @@ def pack_lists(
     becomes NaN (and is reported by validation as a missing measurement)."""
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
-    _, offsets = _lengths_offsets(col)
+    lengths, _ = list_lengths(col)
     values = pc.list_flatten(col).to_numpy(zero_copy_only=False)
-    return pack_offsets(values, offsets, dtype=dtype, t_max=t_max, n_padded=n_padded)
+    return pack_offsets(values, offsets(lengths), dtype=dtype, t_max=t_max, n_padded=n_padded)
 
 
 def pack_nodes(
@@ -121,9 +113,9 @@ def pack_nodes(
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
     n = len(col)
-    round_len, _ = _lengths_offsets(col)
+    round_len, _ = list_lengths(col)
     rows = pc.list_flatten(col)  # one entry per executed (trajectory, round)
-    slot_len, slot_off = _lengths_offsets(rows)
+    slot_len, _ = list_lengths(rows)
     flat = pc.list_flatten(rows)
     longest_t = int(round_len.max()) if n else 0
     longest_a = int(slot_len.max()) if len(slot_len) else 0
@@ -141,9 +133,9 @@ def pack_nodes(
     round_mask[:, :n] = np.arange(t_max)[:, None] < round_len[None, :]
     # Row r is round t_r of trajectory n_r; element e is slot k_e of row r_e.
     n_r = np.repeat(np.arange(n), round_len)
-    t_r = np.arange(n_r.size) - np.repeat(np.cumsum(round_len) - round_len, round_len)
+    t_r = ramp(round_len)
     r_e = np.repeat(np.arange(n_r.size), slot_len)
-    k_e = np.arange(r_e.size) - np.repeat(slot_off[:-1], slot_len)
+    k_e = ramp(slot_len)
     valid = flat.is_valid().to_numpy(zero_copy_only=False)
     t_e, n_e, k_e = t_r[r_e][valid], n_r[r_e][valid], k_e[valid]
     values[t_e, n_e, k_e] = flat.drop_null().to_numpy(zero_copy_only=False)

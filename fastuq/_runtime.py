@@ -101,11 +101,6 @@ def _mesh(devices: tuple):
     return _MESHES[devices]
 
 
-def jax_imported() -> bool:
-    """Whether JAX has been imported in this process (for tests of import cost)."""
-    return "jax" in sys.modules
-
-
 def _pad_axis(x: np.ndarray, axis: int, width: int, fill) -> np.ndarray:
     size = x.shape[axis]
     if size == width:
@@ -219,7 +214,6 @@ def compiled_count() -> int:
     """Number of compiled executables held by fastuq's per-device wrappers and kernels (for
     tests asserting that a second chunk of the same bucket shape does not recompile)."""
     total = sum(f._cache_size() for f in _PER_DEVICE.values())
-    import sys
 
     for name in ("fastuq.kernels.sauce", "fastuq.kernels.umas", "fastuq.kernels.baselines"):
         mod = sys.modules.get(name)
