@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -37,21 +35,6 @@ def add_parser(sub) -> None:
     p.add_argument("--no-recover", dest="recover", action="store_false",
                    help="dylan: keep only the stored histories, do not fill dropped agents' "
                         "responses from the quotes in other agents' prompts")
-
-
-def _write_parquet_atomic(table, path: Path) -> None:
-    """Write through a temporary file in the same folder, then rename it into place."""
-    import pyarrow.parquet as pq
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def summarize(table, seconds: float | None = None) -> str:
@@ -107,7 +90,9 @@ def run(args: argparse.Namespace) -> int:
                                  recover=args.recover)
         else:
             table = import_du(args.src, math=args.math, processes=args.processes)
-        _write_parquet_atomic(table, Path(args.output))
+        from ._io import atomic_write_parquet
+
+        atomic_write_parquet(table, Path(args.output))
     except (ValueError, FileNotFoundError, ImportError) as exc:
         print(f"fastuq import: error: {exc}", file=sys.stderr)
         return 1

@@ -18,10 +18,18 @@ def atomic_write_parquet(table: pa.Table, path: str | os.PathLike) -> None:
         writer.write(table)
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 class AtomicParquetWriter:
     """Incremental Parquet writer that only appears at ``path`` when closed without error."""
 
-    def __init__(self, path: str | os.PathLike, schema: pa.Schema) -> None:
+    def __init__(
+        self, path: str | os.PathLike, schema: pa.Schema, *, compression: str = "snappy"
+    ) -> None:
         import pyarrow.parquet as pq
 
         self.path = Path(path)
@@ -31,7 +39,12 @@ class AtomicParquetWriter:
         )
         os.close(fd)
         self._tmp = Path(tmp)
-        self._writer = pq.ParquetWriter(self._tmp, schema)
+        try:
+            os.chmod(self._tmp, 0o666 & ~_umask())  # mkstemp makes 0600: the usual mode
+            self._writer = pq.ParquetWriter(self._tmp, schema, compression=compression)
+        except BaseException:
+            self._tmp.unlink(missing_ok=True)
+            raise
 
     def write(self, table: pa.Table | pa.RecordBatch) -> None:
         if isinstance(table, pa.RecordBatch):

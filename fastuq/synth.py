@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -45,7 +44,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from fastuq import _synth_sim as sim
 from fastuq.schema import CANONICAL
@@ -323,38 +321,17 @@ def write(table: pa.Table | Iterable[pa.Table], path: str | os.PathLike[str], *,
     The data goes to a temporary file in the destination folder, which then replaces ``path``
     (``os.replace``), so readers never see a partial file. Returns the path written.
     """
-    path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    os.close(fd)
-    try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual file mode
-        if isinstance(table, pa.Table):
-            pq.write_table(table, tmp, compression=compression)
-        else:
-            writer = None
-            try:
-                for part in table:
-                    if writer is None:
-                        writer = pq.ParquetWriter(tmp, part.schema, compression=compression)
-                    writer.write_table(part)
-            finally:
-                if writer is not None:
-                    writer.close()
-            if writer is None:
-                raise ValueError(f"synth.write: no table to write to {path}")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    from ._io import AtomicParquetWriter
 
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+    tables = iter([table]) if isinstance(table, pa.Table) else iter(table)
+    first = next(tables, None)
+    if first is None:
+        raise ValueError(f"synth.write: no table to write to {path}")
+    with AtomicParquetWriter(path, first.schema, compression=compression) as writer:
+        writer.write(first)
+        for part in tables:
+            writer.write(part)
+    return Path(path)
 
 
 def main(argv: list[str] | None = None) -> int:

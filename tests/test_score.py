@@ -206,3 +206,15 @@ def test_token_entropy_built_from_topk_when_missing(tmp_path):
                for rnd in rec["topk_logprobs"]]
         assert got[k] == pytest.approx(
             fastuq.sauce_score(rec["agreement"], ent, rec["protocol"]), abs=1e-12)
+
+
+def test_output_gets_the_usual_file_mode(tmp_path):
+    import os
+    import stat
+
+    path, _ = _corpus(tmp_path)
+    out = tmp_path / "s.parquet"
+    fastuq.score_file(path, out)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~umask  # not mkstemp's 0600
