@@ -23,11 +23,12 @@ def majority_margin(parsed_answers: Sequence[str | None], n_agents: int | None =
         DyLAN pruning: two unanimous survivors of three agents give 2/3.
 
     Returns:
-      float in (0, 1].
+      float in [0, 1]: 0.0 for a round in which no answer parses (no agent holds a parsed
+      answer), as the importers and ``fastuq.signals.agreement_from_answers`` give it.
 
     Raises:
-      ValueError: no answer parses, ``n_agents`` is not a positive integer or is smaller than
-        the number of responses, or an answer is neither a string nor ``None``.
+      ValueError: ``n_agents`` is not a positive integer or is smaller than the number of
+        responses, or an answer is neither a string nor ``None``.
     """
     if n_agents is None:
         n_agents = len(parsed_answers)
@@ -46,7 +47,7 @@ def majority_margin(parsed_answers: Sequence[str | None], n_agents: int | None =
             raise ValueError(f"parsed_answers[{k}] must be a string or None, got {answer!r}")
         votes[answer] += 1
     if not votes:
-        raise ValueError("no answer in the round is parseable (all None or empty)")
+        return 0.0
     return max(votes.values()) / n_agents
 
 

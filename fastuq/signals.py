@@ -187,7 +187,7 @@ def agreement_from_answers(
     n_agents: int | ArrayLike | None = None,
     *,
     classes: np.ndarray | Sequence[int] | None = None,
-    unparseable: Literal["raise", "nan"] = "raise",
+    unparseable: Literal["zero", "raise", "nan"] = "zero",
     ids: ArrayLike | None = None,
     padded: bool = False,
 ) -> pa.ListArray | tuple[np.ndarray, np.ndarray]:
@@ -206,8 +206,10 @@ def agreement_from_answers(
         records and rounds hold no slot, null answers do), as ``fastuq.answers.
         answer_classes`` returns them: answers with one id vote together, ``-1`` never votes
         (nor does a null or empty answer, whatever its id). Default: exact string equality.
-      unparseable: a round where no answer votes raises ``ValueError`` (``"raise"``) or gets
-        NaN (``"nan"``).
+      unparseable: a round where no answer votes (no agent holds a parsed answer) gets
+        agreement 0 (``"zero"``, the default: the same number as ``majority_margin`` and the
+        importers, which also flag the record ``unparseable_round``), raises ``ValueError``
+        (``"raise"``), or gets NaN (``"nan"``).
       ids: optional ``[N]`` trajectory ids, for messages.
       padded: return ``(values [T, N] float64, round_mask [T, N] bool)`` (time-major, NaN
         padding) instead of an Arrow column.
@@ -221,8 +223,8 @@ def agreement_from_answers(
         slots than ``n_agents``, a non-positive ``n_agents``, or ``classes`` of the wrong
         length; naming the trajectory and the round.
     """
-    if unparseable not in ("raise", "nan"):
-        raise ValueError(f"unparseable must be 'raise' or 'nan', got {unparseable!r}")
+    if unparseable not in ("zero", "raise", "nan"):
+        raise ValueError(f"unparseable must be 'zero', 'raise' or 'nan', got {unparseable!r}")
     arr = _array(answers, "answers")
     n = len(arr)
     names = _Names(ids, n)
@@ -272,12 +274,15 @@ def agreement_from_answers(
         out = best / denom
     none = best == 0
     if none.any():
-        if unparseable == "raise":
+        if unparseable == "zero":  # also a round without slots and without a team size
+            out[none] = 0.0
+        elif unparseable == "raise":
             r = int(np.argmax(none))
             i = int(rec.parent[r])
             raise RecordError(f"{names(i)}: round {rec.position(r)}: no answer in the round is "
                              f"parseable (all None or empty)", row=i)
-        out[none] = np.nan
+        else:
+            out[none] = np.nan
     if padded:
         offsets = np.zeros(n + 1, np.int64)
         np.cumsum(rec.lengths, out=offsets[1:])
@@ -507,7 +512,7 @@ def add_signals(
     table: pa.Table,
     *,
     classes: np.ndarray | None = None,
-    unparseable: Literal["raise", "nan"] = "raise",
+    unparseable: Literal["zero", "raise", "nan"] = "zero",
     overwrite: bool = False,
 ) -> pa.Table:
     """Fill derived signal columns of a canonical table from the raw ones it holds.

@@ -51,15 +51,22 @@ def trajectories(draw):
 def _scalar_agreement(rows, teams):
     out = []
     for rounds, team in zip(rows, teams, strict=True):
+        out.append(None if rounds is None else [majority_margin(r, team) for r in rounds])
+    return out
+
+
+def _counted_agreement(rows, teams):
+    """A reference apart from fastuq: modal count of non-empty answers over the team size,
+    0.0 for a round in which nothing parses."""
+    out = []
+    for rounds, team in zip(rows, teams, strict=True):
         if rounds is None:
             out.append(None)
             continue
         vals = []
         for r in rounds:
-            try:
-                vals.append(majority_margin(r, team))
-            except ValueError:
-                vals.append(math.nan)
+            votes = [a for a in r if a]
+            vals.append(max(votes.count(a) for a in votes) / team if votes else 0.0)
         out.append(vals)
     return out
 
@@ -79,15 +86,17 @@ def test_agreement_matches_majority_margin_on_ragged_inputs(data, as_array):
     col = pa.array(rows, ANSWERS)
     n_agents = pa.array(teams, pa.int32()) if as_array else np.array(teams)
     ref = _scalar_agreement(rows, teams)
-    got = agreement_from_answers(col, n_agents, unparseable="nan")
+    _close(ref, _counted_agreement(rows, teams))
+    got = agreement_from_answers(col, n_agents)
     assert got.type == pa.list_(pa.float64())
     _close(got.to_pylist(), ref)
-    any_bad = any(math.isnan(v) for r in ref if r for v in r)
-    if any_bad:
+    no_vote = [None if r is None else [not any(a for a in x) for x in r] for r in rows]
+    nan_ref = [None if r is None else [math.nan if bad else v for v, bad in zip(r, b, strict=True)]
+               for r, b in zip(ref, no_vote, strict=True)]
+    _close(agreement_from_answers(col, n_agents, unparseable="nan").to_pylist(), nan_ref)
+    if any(v for b in no_vote if b for v in b):
         with pytest.raises(ValueError, match="round .*no answer in the round is parseable"):
-            agreement_from_answers(col, n_agents)
-    else:
-        _close(agreement_from_answers(col, n_agents).to_pylist(), ref)
+            agreement_from_answers(col, n_agents, unparseable="raise")
 
 
 @given(data=trajectories(), cut=st.integers(0, 3))
@@ -98,8 +107,7 @@ def test_agreement_on_sliced_and_chunked_columns(data, cut):
     chunked = pa.chunked_array([col[: len(col) // 2], col[len(col) // 2:]], type=ANSWERS)
     ref = _scalar_agreement(rows[cut:], teams[cut:])
     for c in (col, chunked):
-        _close(agreement_from_answers(c, np.array(teams[cut:]), unparseable="nan").to_pylist(),
-               ref)
+        _close(agreement_from_answers(c, np.array(teams[cut:])).to_pylist(), ref)
 
 
 def test_agreement_dylan_survivors_keep_the_team_denominator():
@@ -128,13 +136,45 @@ def test_agreement_classes_of_wrong_length_raise():
         agreement_from_answers(col, 2, classes=np.array([0]))
 
 
+def test_agreement_unparseable_round_is_zero_by_default():
+    # round 1 of t-b: no agent holds a parsed answer -> 0, as majority_margin and the
+    # importers give it (this raised ValueError before)
+    col = pa.array([[["1", "1"]], [["2", "2"], [None, ""]]], ANSWERS)
+    assert agreement_from_answers(col, 2).to_pylist() == [[1.0], [1.0, 0.0]]
+    assert majority_margin([None, ""], 2) == 0.0
+    values, mask = agreement_from_answers(col, 2, padded=True)
+    assert values[:, 1].tolist() == [1.0, 0.0] and mask[:, 1].tolist() == [True, True]
+    assert add_signals(pa.table({"answers": col, "n_agents": [2, 2]}))[
+        "agreement"].to_pylist() == [[1.0], [1.0, 0.0]]
+    # a round without slots and without a team size: no agent holds an answer either
+    assert agreement_from_answers(pa.array([[["3"], []]], ANSWERS)).to_pylist() == [[1.0, 0.0]]
+    with pytest.raises(ValueError, match="unparseable must be"):
+        agreement_from_answers(col, 2, unparseable="skip")
+
+
 def test_agreement_unparseable_round_names_trajectory_and_round():
     col = pa.array([[["1", "1"]], [["2", "2"], [None, ""]]], ANSWERS)
     ids = pa.array(["t-a", "t-b"])
     with pytest.raises(ValueError, match=r"trajectory 't-b' \(row 1\): round 1: no answer"):
-        agreement_from_answers(col, 2, ids=ids)
+        agreement_from_answers(col, 2, ids=ids, unparseable="raise")
     got = agreement_from_answers(col, 2, unparseable="nan").to_pylist()
     assert got[0] == [1.0] and got[1][0] == 1.0 and math.isnan(got[1][1])
+
+
+def test_score_derives_zero_agreement_for_an_unparseable_round():
+    """``fastuq score`` / ``eval`` build agreement from ``answers`` when a corpus has no
+    agreement column: a round where nothing parses counts 0 (it raised before)."""
+    import fastuq
+
+    table = pa.table({
+        "trajectory_id": ["a", "b"], "protocol": ["debate", "debate"],
+        "n_agents": pa.array([2, 2], pa.int32()),
+        "answers": pa.array([[[None, None], ["7", "7"]], [["7", "8"], ["7", "7"]]], ANSWERS),
+    })
+    out = fastuq.score(table, ["mean_agreement", "last_agreement"])
+    # a: rounds 0 and 1 -> mean of (0, 1); b: mean of (1/2, 1); scores are -agreement
+    assert out["mean_agreement"].to_pylist() == pytest.approx([-0.5, -0.75], abs=1e-12)
+    assert out["last_agreement"].to_pylist() == pytest.approx([-1.0, -1.0], abs=1e-12)
 
 
 def test_agreement_more_slots_than_team_raises():
@@ -151,8 +191,7 @@ def test_agreement_wide_rounds_use_the_sorting_path():
     rows = [[[str(v) if v >= 0 else None for v in rng.integers(-1, 4, 40)] for _ in range(3)]
             for _ in range(20)]
     ref = _scalar_agreement(rows, [40] * 20)
-    _close(agreement_from_answers(pa.array(rows, ANSWERS), 40, unparseable="nan").to_pylist(),
-           ref)
+    _close(agreement_from_answers(pa.array(rows, ANSWERS), 40).to_pylist(), ref)
 
 
 def test_agreement_padded_equals_pack_lists():

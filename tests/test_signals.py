@@ -17,9 +17,18 @@ def test_majority_margin_unparseable_stay_in_denominator():
 
 
 @pytest.mark.parametrize(
+    ("answers", "n"),
+    [([None, ""], None), ([None, None, ""], 4), ([], 3), ([None], 1)],
+)
+def test_majority_margin_round_without_a_parsed_answer_is_zero(answers, n):
+    # no agent holds a parsed answer: agreement 0, as the importers and
+    # fastuq.signals.agreement_from_answers give it (it raised ValueError before)
+    assert fastuq.majority_margin(answers, n_agents=n) == 0.0
+
+
+@pytest.mark.parametrize(
     ("answers", "n", "match"),
     [
-        ([None, ""], None, "parseable"),
         (["A"], 0, "positive"),
         (["A", "B"], 1, "smaller"),
         (["A", 3], None, "string"),
