@@ -21,6 +21,10 @@ Rules, tried in order (the first that finds something wins):
    * Otherwise a leading math span (``$...$``, ``$$...$$``, ``\\(...\\)``, ``\\[...\\]``) is
      kept alone, or else the whole text.
 
+   * One leading word (two or more lower-case letters, not a negation nor a function name
+     such as ``ln``) before a value that is not prose is dropped: "indeed (7,4)", "still
+     36", "also (7,4)" give ``(7,4)``, ``36``, ``(7,4)``; "not 5", "ln 2" are kept.
+
    ``$`` signs and trailing ``.`` are stripped.
 3. **Choice letter**: the last ``(A)`` .. ``(J)`` with no digit after it in the text.
 4. **Last number**: the last integer, decimal (``.5`` included), negative number, number with
@@ -29,14 +33,43 @@ Rules, tried in order (the first that finds something wins):
    digit or closing bracket (``3-5`` ends in ``5``, not ``-5``).
 
 Nothing found (or ``None`` / empty text): ``None``.
+
+What the gold answer is like changes what can count as an answer (``kind``, see
+:func:`fastuq.answers.answer_kind`):
+
+* ``kind="choice"`` (the gold is a letter ``A``..``J``): the answer is a letter or ``None``,
+  never a number (so neither a number that follows a letter option, as in "(D) 45,X", nor a
+  list number). Tried in order: the last box that holds a letter (``\\boxed{\\text{B}}``);
+  the first letter in the text after the last "answer is" / "answer:" ("The answer is B",
+  "the answer is: **B) Media tour**", "The answer is (X) B": ``(X)`` is the prompt's
+  placeholder, not an option); a letter ending the last line (or followed by a comma) after
+  its start, a ``:``, a ``)`` or "is" ("(X) B", "Answer: C", "**(B)**", "... the closest
+  is D, 67.445."); the last option marker anywhere: ``(B)``, ``B)``, ``**B**``, "option B"
+  or "choice B" ("(D) 45,X", "(B) 2.66 %"). A box or an "answer is" sentence that marks two
+  different letters as options ("(C), (D)", "any of (A), (B) or (C)") states no single
+  choice: the answer is ``None``. Markdown ``*``, ``$`` and ``\\text{}``-like wrappers are
+  ignored. A bare ``I`` followed by a lower-case word is the pronoun.
+* ``kind="number"`` (the gold is a number): the answer the rules above find, and when that
+  is not a plain number but a sentence around exactly one number ("Ronnie has $2", "Time =
+  16 hours", "answer: 15", "{1128 \\text{ minutes}}", "{4 miles per hour}"), that number.
+  Only words (of two or more letters, or ``a`` / ``I``), spaces and ``: = , . ; ! ? ' " ( )
+  %`` may surround it, and no letter may touch it; a LaTeX command, an operator, a
+  single-letter variable, a math word (``pi``, ``sqrt``, ``ln``, ...), a negation (``not``,
+  ``no``, ``never``), a letter touching the number (``5a``) or a second number keeps the
+  answer as it is: "7x + 9", "160 \\leq d \\leq 230", "27 selfies, 18 portraits".
+* ``kind=None``: the rules above as they are.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Literal
 
-__all__ = ["extract_answer", "extract_answers"]
+__all__ = ["AnswerKind", "extract_answer", "extract_answers"]
+
+#: What the gold answer is like: a choice letter, a number, or anything (``None``).
+AnswerKind = Literal["choice", "number"] | None
 
 _BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 _ANSWER_IS = re.compile(r"\banswer\s+is\b\s*:?[ \t]*", re.IGNORECASE)
@@ -59,6 +92,35 @@ _NUMBER = re.compile(
     r"|\.\d+"  # .5
     r")"
 )
+
+
+_LEAD_WORD = re.compile(r"^([a-z]{2,})\s+(?=[-+(\[{$\\\d.])")
+#: Lead words that change the meaning of what follows (kept): negations and math functions.
+_KEEP_LEADS = frozenset(
+    "not no never none ln log lg exp sin cos tan cot sec csc arcsin arccos arctan sinh cosh "
+    "tanh sqrt mod gcd lcm max min det".split()
+)
+# choice letters (kind="choice")
+_CHOICE_WRAPPERS = re.compile(r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|mbox)\s*")
+_CHOICE_TOKEN = re.compile(
+    r"(?<![\w\\])\(([A-J])\)"  # (B)
+    r"|(?<![\w\\(])([A-J])\)"  # B)
+    r"|(?<![\w\\'])([A-J])(?![\w'(])"  # B
+)
+_CHOICE_MARKER = re.compile(
+    r"(?<![\w\\])\(([A-J])\)|(?<![\w\\(])([A-J])\)|\*\*\(?([A-J])\)?\*\*"
+    r"|\b(?:[Oo]ption|[Cc]hoice)\s+\(?([A-J])\b"
+)
+_LAST_LINE_CHOICE = re.compile(r"(?:^|[:)]|\bis)\s*\(?([A-J])\)?(?:\s*[.!]?$|,)")
+_ANSWER_PHRASE = re.compile(r"\banswer\s*(?:is\b\s*:?|:)[ \t]*", re.IGNORECASE)
+# one number in a sentence (kind="number")
+_SENTENCE_WORD = re.compile(r"(?<![A-Za-z])(?:[A-Za-z]{2,}(?:['’-][A-Za-z]+)*|[aI])(?![A-Za-z])")
+_SENTENCE_PUNCT = re.compile(r"[\s:=,.;!?'\"()%]+")
+_NOT_PROSE_WORDS = frozenset(
+    "pi sqrt ln log lg exp sin cos tan cot sec csc arcsin arccos arctan sinh cosh tanh "
+    "infty infinity mod not no never none".split()
+)
+_SPACING_CMDS = re.compile(r"\\[!,;: ]|\\q?quad(?![A-Za-z])")
 
 
 def _braced(text: str, start: int) -> str | None:
@@ -115,6 +177,9 @@ def _answer_is(text: str) -> str | None:
     if _is_prose(sentence):
         candidate = _from_prose(sentence) if _first_value(sentence) else sentence
     else:
+        lead = _LEAD_WORD.match(sentence)
+        if lead and lead.group(1) not in _KEEP_LEADS:
+            sentence = sentence[lead.end():]
         candidate = _math_span(sentence)
         if candidate is None:
             candidate = sentence
@@ -168,12 +233,122 @@ def _last_number(text: str) -> str | None:
     return re.sub(r"\s", "", last.group()).replace(",", "")
 
 
-def extract_answer(text: str | None) -> str | None:
+# --- kind="choice" -----------------------------------------------------------------------------
+
+
+def _choice_plain(s: str) -> str:
+    """``s`` without markdown emphasis, ``$`` and ``\\text{}``-like wrappers (their braces)."""
+    s = _CHOICE_WRAPPERS.sub("", s).replace("*", "").replace("$", "")
+    return s.replace("{", " ").replace("}", " ")
+
+
+def _first_choice(s: str) -> str | None:
+    """The first choice letter in ``s`` (``(B)``, ``B)`` or a bare ``B``); a bare ``I``
+    followed by a lower-case word is the pronoun, not a letter. ``""`` (ambiguous: stop
+    looking) when ``s`` marks two different letters as options ("(C), (D)")."""
+    s = _choice_plain(s)
+    marked = {m.group(1) or m.group(2) for m in _CHOICE_TOKEN.finditer(s) if not m.group(3)}
+    if len(marked) > 1:
+        return ""
+    for m in _CHOICE_TOKEN.finditer(s):
+        if m.group(3) == "I" and re.match(r"\s+[a-z]", s[m.end():]):
+            continue
+        return m.group(1) or m.group(2) or m.group(3)
+    return None
+
+
+def _choice_boxed(text: str) -> str | None:
+    for m in reversed(list(_BOX.finditer(text))):
+        j = m.end()
+        while j < len(text) and text[j] in " \t":
+            j += 1
+        if j < len(text) and text[j] == "{":
+            content = _braced(text, j)
+            if content is not None:
+                found = _first_choice(content)
+                if found is not None:
+                    return found
+    return None
+
+
+def _choice_answer_is(text: str) -> str | None:
+    m = next(reversed(list(_ANSWER_PHRASE.finditer(text))), None)
+    if m is None:
+        return None
+    line = text[m.end():].split("\n", 1)[0]
+    end = _SENTENCE_END.search(line)
+    return _first_choice(line[: end.start()] if end else line)
+
+
+def _choice_last_line(text: str) -> str | None:
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return None
+    m = _LAST_LINE_CHOICE.search(_choice_plain(lines[-1]).strip())
+    return m.group(1) if m else None
+
+
+def _choice_marker(text: str) -> str | None:
+    s = _CHOICE_WRAPPERS.sub("", text).replace("$", "").replace("{", "").replace("}", "")
+    last = next(reversed(list(_CHOICE_MARKER.finditer(s))), None)
+    if last is None:
+        return None
+    return next(g for g in last.groups() if g)
+
+
+# --- kind="number" -----------------------------------------------------------------------------
+
+
+def _strip_outer_braces(s: str) -> str:
+    s = s.strip()
+    while len(s) >= 2 and s[0] == "{" and _braced(s, 0) == s[1:-1]:
+        s = s[1:-1].strip()
+    return s
+
+
+def _single_number(answer: str) -> str | None:
+    """The one number of a sentence-like answer ("Ronnie has $2" -> ``2``), else None (see
+    ``kind="number"`` in the module docstring)."""
+    s = _strip_outer_braces(answer)
+    while True:  # unwrap \text{...}-like wrappers, keeping their content
+        m = _CHOICE_WRAPPERS.search(s)
+        if not m or m.end() >= len(s) or s[m.end()] != "{":
+            break
+        content = _braced(s, m.end())
+        if content is None:
+            return None
+        s = s[: m.start()] + " " + content + " " + s[m.end() + len(content) + 2:]
+    s = _SPACING_CMDS.sub(" ", s).replace("\\$", " ").replace("\\%", "%").replace("$", " ")
+    numbers = list(_NUMBER.finditer(s))
+    if len(numbers) != 1:
+        return None
+    number = numbers[0]
+    if re.search(r"[A-Za-z]$", s[: number.start()]) or re.match(r"[A-Za-z]", s[number.end():]):
+        return None  # a letter touches the number: 5a, x2 (a unit as in 5cm is normalised)
+    rest = s[: number.start()] + " " + s[number.end():]
+    words = _SENTENCE_WORD.findall(rest)
+    if not words or any(w.lower() in _NOT_PROSE_WORDS for w in words):
+        return None
+    if _SENTENCE_PUNCT.sub("", _SENTENCE_WORD.sub(" ", rest)):
+        return None  # something else than words and punctuation: an expression
+    return re.sub(r"\s", "", number.group()).replace(",", "")
+
+
+def _as_number(answer: str) -> str:
+    return _single_number(answer) or answer
+
+
+def extract_answer(text: str | None, kind: AnswerKind = None) -> str | None:
     """The final answer stated in a response, or ``None`` when it states none.
 
     See the module docstring for the rules (last ``\\boxed{}``, else "The answer is ...",
     else a final choice letter ``(X)``, else the last number). The result is the answer as
     written (not normalised; see :func:`fastuq.answers.normalize_answer`).
+
+    ``kind`` says what the gold answer is like (:func:`fastuq.answers.answer_kind`):
+    ``"choice"`` reads only a choice letter (``None`` if the response states none),
+    ``"number"`` reduces a sentence around one number to that number; ``None`` (default)
+    applies the rules alone. ValueError for any other ``kind``.
 
     >>> extract_answer(r"So $x = \\boxed{\\frac{1}{2}}$.")
     '\\\\frac{1}{2}'
@@ -182,17 +357,26 @@ def extract_answer(text: str | None) -> str | None:
     >>> extract_answer("no numbers here") is None
     True
     """
+    if kind not in (None, "choice", "number"):
+        raise ValueError(f"kind must be 'choice', 'number' or None, got {kind!r}")
     if not text:
         return None
     if not isinstance(text, str):
         raise TypeError(f"text must be a string or None, got {type(text).__name__}")
-    for rule in (_last_boxed, _answer_is, _final_choice, _last_number):
+    if kind == "choice":
+        rules = (_choice_boxed, _choice_answer_is, _choice_last_line, _choice_marker)
+    else:
+        rules = (_last_boxed, _answer_is, _final_choice, _last_number)
+    for rule in rules:
         found = rule(text)
+        if found == "":  # an ambiguous choice ("the answer is (C), (D)"): no answer
+            return None
         if found:
-            return found
+            return _as_number(found) if kind == "number" else found
     return None
 
 
-def extract_answers(texts: Sequence[str | None]) -> list[str | None]:
+def extract_answers(texts: Sequence[str | None], kind: AnswerKind = None
+                    ) -> list[str | None]:
     """:func:`extract_answer` over a sequence of responses (``None`` stays ``None``)."""
-    return [extract_answer(t) for t in texts]
+    return [extract_answer(t, kind) for t in texts]

@@ -5,7 +5,8 @@ that never changes the value of a final answer, so two different answers do not 
 Rules, applied in this order:
 
 1. White space at both ends is stripped; a whole-string ``\\boxed{...}`` / ``\\fbox{...}`` is
-   unwrapped.
+   unwrapped, and so are braces enclosing the whole answer (before units are read, so
+   ``{1128 \\text{ minutes}}`` gives ``1128``).
 2. Line breaks and LaTeX spacing commands (``\\!``, ``\\,``, ``\\;``, ``\\:``, ``\\ ``,
    ``\\quad``, ``\\qquad``) and ``\\displaystyle`` are removed.
 3. ``\\dfrac``, ``\\tfrac`` and ``\\cfrac`` become ``\\frac``; ``\\left`` and ``\\right`` are
@@ -39,7 +40,9 @@ Rules, applied in this order:
 
 :func:`numeric_value` then reads a normalised answer as an exact fraction when it is an
 integer, a decimal, a scientific-notation number, ``a/b`` or ``\\frac{a}{b}`` (with an
-optional sign), and returns ``None`` for anything else.
+optional sign), and returns ``None`` for anything else. :func:`answer_kind` says what a gold
+answer is like (a choice letter, a number, or anything else), which is what
+:func:`fastuq.answers.extract_answer` takes as ``kind``.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ import re
 from fractions import Fraction
 from functools import lru_cache
 
-__all__ = ["normalize_answer", "numeric_value"]
+__all__ = ["answer_kind", "normalize_answer", "numeric_value"]
 
 _WRAPPERS = ("\\boxed", "\\fbox")
 _TEXT_CMDS = re.compile(r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|mbox)\s*\{")
@@ -89,6 +92,9 @@ def _unwrap_whole(s: str) -> str:
     changed = True
     while changed:
         changed = False
+        if len(s) >= 2 and s[0] == "{" and _braced_end(s, 0) == len(s):
+            s = s[1:-1].strip()
+            changed = True
         for w in _WRAPPERS:
             if s.startswith(w):
                 j = len(w)
@@ -213,4 +219,16 @@ def numeric_value(s: str | None) -> Fraction | None:
             return None
         value = num / den
         return -value if m.group(1) == "-" else value
+    return None
+
+
+def answer_kind(gold: str | None) -> str | None:
+    """What a gold answer is like: ``"choice"`` when it normalises to one letter ``A``..``J``
+    (``B``, ``(B)``, ``\\text{(B)}``), ``"number"`` when :func:`numeric_value` reads it,
+    else ``None`` (also for ``None``)."""
+    norm = normalize_answer(gold)
+    if len(norm) == 1 and "A" <= norm <= "J":
+        return "choice"
+    if numeric_value(norm) is not None:
+        return "number"
     return None

@@ -3,18 +3,24 @@ canonical Arrow table (answers, agreement, final answer, correctness).
 
 Per record, from its ``texts[round][slot]`` (``None`` where the agent did not speak):
 
-* ``answers[t][k]`` = :func:`extract_answer` of the text (``None``: no text or nothing found).
+* ``answers[t][k]`` = :func:`extract_answer` of the text (``None``: no text or nothing found),
+  with ``kind`` = :func:`answer_kind` of the record's reference: when the gold is a choice
+  letter only letters are read, when it is a number a sentence around one number gives that
+  number (rules: ``fastuq._answers_extract``).
 * Answers are grouped per round by :func:`answer_classes` (with ``math=`` as asked).
 * ``agreement[t]`` = size of the largest class / ``n_agents``; unparseable answers cast no
   vote but stay in the denominator. A round where no answer parses gets agreement ``0.0``
   (the same formula with no votes: the team stated no answer at all, which an estimator
   should see as the least agreement, not as a gap) and the record gets the flag
-  ``unparseable_round`` so it can be filtered; :func:`fastuq.majority_margin` raises for
-  such a round instead, because a scalar function cannot flag anything.
-* ``final_answer`` = the answer of the largest class of the last round; ties go to the class
-  whose first member sits in the lowest slot (the team's order, as DyLAN's own evaluation
-  breaks ties), and the string is that member's answer as extracted. ``None`` when nothing
-  in the last round parses.
+  ``unparseable_round`` so it can be filtered; :func:`fastuq.majority_margin` and
+  :func:`fastuq.signals.agreement_from_answers` give the same 0.
+* ``final_answer`` = the answer of the largest class among the agents that speak in the last
+  round and survive to it (``ParsedRecord.final_slots``: for DyLAN the agents whose
+  histories the file keeps, i.e. the ranker's survivors, never a pruned agent whose answer
+  was recovered from a quote; for Du et al. every agent that speaks in the last round).
+  Ties go to the class whose first member sits in the lowest slot (the team's order), and
+  the string is that member's answer as extracted. ``None`` when none of those answers
+  parses.
 * ``correct`` = ``final_answer`` equivalent to ``reference`` (:func:`check_answers`, same
   ``math=``); ``False`` when either is ``None``.
 """
@@ -33,6 +39,7 @@ import pyarrow as pa
 
 from ._answers_check import answer_classes, check_answers
 from ._answers_extract import extract_answer
+from ._answers_normalize import answer_kind
 from .schema import CANONICAL
 
 __all__ = [
@@ -63,6 +70,9 @@ class ParsedRecord:
     texts: list[list[str | None]]  # [round][slot]
     flags: list[str] = field(default_factory=list)
     extra: dict[str, object] = field(default_factory=dict)
+    #: slots whose last-round answers decide the final answer (None: every slot that speaks
+    #: in the last round)
+    final_slots: list[int] | None = None
 
 
 def question_id(text: str) -> str:
@@ -108,7 +118,7 @@ def load_json_object(path: Path) -> dict:
     return data
 
 
-def _round_votes(answers: list[str | None], math: bool) -> tuple[int, int]:
+def _round_votes(answers: Sequence[str | None], math: bool) -> tuple[int, int]:
     """(largest class size, slot of the winning class's first member, or -1)."""
     ids = answer_classes(answers, math=math)
     if (ids < 0).all():
@@ -129,18 +139,24 @@ def derive_columns(records: Sequence[ParsedRecord], *, math: bool = False,
     finals: list[str | None] = []
     flags_all: list[list[str]] = []
     for rec in records:
-        answers = [[extract_answer(t) if t is not None else None for t in row]
+        kind = answer_kind(rec.reference)
+        answers = [[extract_answer(t, kind) if t is not None else None for t in row]
                    for row in rec.texts]
         flags = list(rec.flags)
         agreement = []
-        final = None
-        for t, row in enumerate(answers):
+        for row in answers:
             count, slot = _round_votes(row, math)
             agreement.append(count / rec.n_agents)
             if slot < 0 and "unparseable_round" not in flags:
                 flags.append("unparseable_round")
-            if t == len(answers) - 1 and slot >= 0:
-                final = row[slot]
+        final = None
+        if answers:
+            last = answers[-1]
+            slots = range(len(last)) if rec.final_slots is None else sorted(rec.final_slots)
+            voters = [last[k] for k in slots if k < len(last)]
+            _, winner = _round_votes(voters, math)
+            if winner >= 0:
+                final = voters[winner]
         answers_all.append(answers)
         agreement_all.append(agreement)
         finals.append(final)

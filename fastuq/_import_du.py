@@ -4,13 +4,20 @@ File format: one JSON object ``{question: [agent_contexts, gold]}``; ``agent_con
 chat history per agent (``user`` / ``assistant`` messages alternating, an optional leading
 ``system``), its ``k``-th ``assistant`` message being the agent's response in round ``k``.
 Every agent speaks in every round (protocol ``"debate"``, ``n_agents`` = number of
-histories, slot ``k`` = the ``k``-th history). A history with fewer responses than the others
+histories, slot ``k`` = the ``k``-th history). This is the format of the mmlu and gsm logs
+(``gen_mmlu.py``, ``gen_gsm.py``); the biography logs (``{person: agent_contexts}``, no gold,
+bullet-point biographies rather than answers) are refused with a ValueError that says so.
+The final answer is the majority among the agents that speak in the last round (ties to the
+lowest slot, as the repository's ``most_frequent`` keeps the first of equally frequent
+answers). A history with fewer responses than the others
 leaves null nodes in the rounds it lacks and flags the record ``ragged_rounds``.
 
 The gold answer (``reference`` column) is read as: for GSM8K solutions, the text after the
 last ``####`` (commas removed); a ``\\boxed{}`` solution gives its last box; a choice letter
 (``B`` or ``(B)``) gives the letter; a JSON number gives its decimal spelling; any other
-string is kept as it is (stripped).
+string is kept as it is (stripped). A letter gold makes every response read as a choice
+letter, a numeric gold reduces a boxed sentence around one number to the number
+(``fastuq._answers_extract``, ``kind``).
 """
 
 from __future__ import annotations
@@ -47,7 +54,17 @@ def _fail(path: Path, index: int, key: str, what: str) -> ValueError:
     return ValueError(f"{path}: record {index} ({short!r}): {what}")
 
 
+def _is_history(x) -> bool:
+    return isinstance(x, list) and bool(x) and all(isinstance(m, dict) and "role" in m for m in x)
+
+
 def _parse_record(path: Path, index: int, key: str, value) -> ParsedRecord:
+    if isinstance(value, list) and value and all(_is_history(h) for h in value):
+        raise _fail(path, index, key,
+                    "value is a list of agent histories without a gold answer, as in Du et "
+                    "al.'s biography logs ({person: agent_contexts}); those state no answer "
+                    "to parse and compare: fastuq import du takes [agent_contexts, gold] "
+                    "records (the mmlu, gsm and math logs)")
     if not isinstance(value, list) or len(value) != 2:
         raise _fail(path, index, key, "value must be [agent_contexts, gold]")
     contexts, gold = value

@@ -44,6 +44,12 @@ slots in file order and nothing is recovered), ``duplicate_history`` (the ranker
 agent twice: the file holds one history twice, kept once), ``unparseable_round`` (see
 :mod:`fastuq._import_common`).
 
+Final answer. The agents whose histories the file keeps are the ones that speak in the last
+executed round (after pruning, the ranker's survivors), so ``final_answer`` is the majority
+of their last-round answers (ties to the lowest slot), never a vote that includes a pruned
+agent's answer recovered from a quote (``ParsedRecord.final_slots``; see
+:mod:`fastuq._import_common`).
+
 Columns: the canonical ones (``protocol`` "dylan", ``n_agents`` 4), plus ``question`` (the
 problem text), ``subject`` and ``level``. ``trajectory_id`` is ``<file stem>:<index>``, the
 index being the record's position in the file's object; ``question_id`` hashes the problem
@@ -210,6 +216,7 @@ def _parse_record(path: Path, index: int, key: str, value, recover: bool) -> Par
         texts=texts,
         flags=flags,
         extra={"subject": subject if isinstance(subject, str) else None, "level": level},
+        final_slots=sorted(slots),
     )
 
 

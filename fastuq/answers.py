@@ -3,6 +3,9 @@
 * :func:`extract_answer` / :func:`extract_answers`: the final answer stated in a response
   (last ``\\boxed{}``, else "The answer is ...", else a final choice letter, else the last
   number), or ``None``.
+* :func:`answer_kind`: what a gold answer is like (``"choice"``, ``"number"`` or ``None``);
+  pass it to ``extract_answer(text, kind)`` so that a letter gold reads only letters and a
+  numeric gold reduces a sentence around one number to that number.
 * :func:`normalize_answer`: a conservative canonical spelling (each rule documented in
   ``fastuq._answers_normalize``); :func:`numeric_value` reads plain numbers and fractions.
 * :func:`answers_equivalent` / :func:`check_answers`: equal normalised strings, or numbers
@@ -26,11 +29,13 @@ from ._answers_check import (
     math_verify_available,
     vote_classes,
 )
-from ._answers_extract import extract_answer, extract_answers
-from ._answers_normalize import normalize_answer, numeric_value
+from ._answers_extract import AnswerKind, extract_answer, extract_answers
+from ._answers_normalize import answer_kind, normalize_answer, numeric_value
 
 __all__ = [
     "REL_TOL",
+    "AnswerKind",
+    "answer_kind",
     "answer_classes",
     "vote_classes",
     "answers_equivalent",

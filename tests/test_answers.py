@@ -12,6 +12,7 @@ import pytest
 from fastuq import answers as A
 from fastuq.answers import (
     answer_classes,
+    answer_kind,
     answers_equivalent,
     check_answers,
     extract_answer,
@@ -104,6 +105,117 @@ def test_extract_answer_rejects_non_strings():
         extract_answer(5)
 
 
+# --- kind="choice": the gold is a letter (forms seen in Du et al.'s MMLU logs and DyLAN's MATH
+# logs; each expected letter read by hand) --------------------------------------------------------
+CHOICE_FORMS = [
+    ("Turner syndrome is a monosomy of the X chromosome.\n\n(D) 45,X", "D"),  # not 45
+    ("The inflation rate is (104.2 - 101.5) / 101.5.\n\n(B) 2.66 %", "B"),  # not 2.66
+    ("I recall an extra X. The answer is (X) B", "B"),  # (X) is the prompt's placeholder
+    ("Reviewing the options:\n\n(X) B", "B"),
+    ("**B) Media tour**", "B"),
+    ("Turner syndrome has the 45,X karyotype.\n\n**(B)**", "B"),
+    (r"so the shape is $\boxed{\text{B}}$", "B"),
+    (r"\boxed{\textbf{(C)}\ 34\ \text{dollars}}", "C"),  # not 34
+    (r"\boxed{\text{(E) Cylinder}}", "E"),
+    ("The answer is B", "B"),
+    ("The answer is B.", "B"),
+    ("Final answer: C", "C"),
+    ("The answer is: **B) Media tour**", "B"),
+    ("The answer is I think (C)", "C"),  # "I think": the pronoun, not option I
+    ("The number 67.4 is closest to option D, 67.445.", "D"),
+    ("The closest answer to 67.4 is D, 67.445.", "D"),
+    ("The 2010th letter is the 2nd letter of the pattern, which is A.", "A"),
+    ("I would go with (A) over (B).\n\nSo (B) 12 apples", "B"),  # the last marker
+    ("Steps:\n1. Take the two values.\n2. Compute their ratio.\n3. Nothing matches.", None),
+    ("Option (B) gives 42 apples, and 42 is also the count in the list item 3.", "B"),
+    (r"\boxed{\textbf{(C), (D)}}", None),  # two options marked: no single choice
+    ("The answer is any of the options (A), (B), (C), (D), or (E).", None),
+    ("It depends on the layer of the atmosphere.", None),
+    ("no letter here, only 12 and 3.5", None),
+]
+
+
+@pytest.mark.parametrize("text,expected", CHOICE_FORMS)
+def test_extract_choice_letter_when_the_gold_is_a_letter(text, expected):
+    assert extract_answer(text, "choice") == expected
+
+
+def test_extract_choice_never_returns_a_number():
+    # the general rules read numbers from these; a letter gold never does
+    assert extract_answer("(D) 45,X") == "45"
+    assert extract_answer("(B) 2.66 %") == "2.66"
+    assert extract_answer("1. first\n2. second") == "2"
+    for text in ("(D) 45,X", "(B) 2.66 %", "1. first\n2. second"):
+        found = extract_answer(text, "choice")
+        assert found is None or found in "ABCDEFGHIJ"
+
+
+# --- kind="number": the gold is a number ---------------------------------------------------------
+NUMBER_FORMS = [
+    (r"He keeps $5 - $3, so \boxed{Ronnie has $2}", "2"),
+    (r"\boxed{Time = 16 hours}", "16"),
+    (r"\boxed{answer: 15}", "15"),
+    (r"\boxed{{1128 \text{ minutes}}}", "1128"),
+    (r"\boxed{{4 miles per hour}}", "4"),
+    (r"\boxed{1,128 minutes}", "1128"),
+    (r"\boxed{a total of 15 apples}", "15"),
+    (r"\boxed{\frac{1}{2} cup of flour}", r"\frac{1}{2}"),
+    # expressions, ranges and lists stay as they are
+    (r"\boxed{7x + 9}", "7x + 9"),
+    (r"\boxed{160 \leq d \leq 230}", r"160 \leq d \leq 230"),
+    (r"\boxed{27 selfies, 18 portraits}", "27 selfies, 18 portraits"),
+    (r"\boxed{2 pi}", "2 pi"),  # a math word, not a unit
+    (r"\boxed{5a}", "5a"),  # a letter touching the number
+    (r"\boxed{3 \sqrt{2} meters}", r"3 \sqrt{2} meters"),  # a LaTeX command
+    (r"\boxed{not 5}", "not 5"),  # a negation
+    (r"\boxed{\frac{1}{2}}", r"\frac{1}{2}"),
+    ("The answer is 16 hours.", "16"),
+]
+
+
+@pytest.mark.parametrize("text,expected", NUMBER_FORMS)
+def test_extract_number_from_a_boxed_sentence_when_the_gold_is_a_number(text, expected):
+    assert extract_answer(text, "number") == expected
+
+
+def test_boxed_sentences_stay_sentences_without_a_numeric_gold():
+    assert extract_answer(r"\boxed{Ronnie has $2}") == "Ronnie has $2"
+    assert extract_answer(r"\boxed{Time = 16 hours}") == "Time = 16 hours"
+    assert not answers_equivalent(extract_answer(r"\boxed{answer: 15}"), "15")
+    assert answers_equivalent(extract_answer(r"\boxed{answer: 15}", "number"), "15")
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("So the point is found: the answer is indeed (7,4).", "(7,4)"),
+        ("The answer is still 36.", "36"),
+        ("The answer is also (7,4)", "(7,4)"),
+        (r"The answer is indeed $\frac{1}{2}$.", r"\frac{1}{2}"),
+        ("The answer is not 5.", "not 5"),  # a negation is kept
+        ("The answer is ln 2.", "ln 2"),  # so is a function name
+        ("The answer is odd.", "odd"),  # a worded answer, nothing after it
+    ],
+)
+def test_extract_drops_a_one_word_lead_after_the_answer_is(text, expected):
+    assert extract_answer(text) == expected
+
+
+@pytest.mark.parametrize(
+    "gold,kind",
+    [("B", "choice"), ("(C)", "choice"), (r"\text{(E)}", "choice"), (r"\text{D}", "choice"),
+     ("5", "number"), ("1,128", "number"), (r"\frac{40}{243}", "number"), ("-0.5", "number"),
+     ("x+1", None), ("K", None), ("(1,2)", None), (None, None), ("", None)],
+)
+def test_answer_kind(gold, kind):
+    assert answer_kind(gold) == kind
+
+
+def test_extract_answer_unknown_kind_raises():
+    with pytest.raises(ValueError, match="kind"):
+        extract_answer("5", "letter")
+
+
 @pytest.mark.parametrize(
     "raw,expected",
     [
@@ -138,6 +250,9 @@ def test_extract_answer_rejects_non_strings():
         ('"odd"', "odd"),
         (r"x\in[-2,7]", "[-2,7]"),
         ("4210_{5}", "4210_5"),
+        (r"{1128 \text{ minutes}}", "1128"),  # outer braces go before units are read
+        ("{4 miles per hour}", "4"),
+        (r"\boxed{{12}}", "12"),
         (None, ""),
     ],
 )

@@ -14,7 +14,7 @@ import pytest
 
 import fastuq
 from fastuq import cli
-from fastuq.answers import answer_classes, answers_equivalent, extract_answer
+from fastuq.answers import answer_classes, answer_kind, answers_equivalent, extract_answer
 from fastuq.importers import import_du, import_dylan, import_logs, parse_gold
 
 DATA = Path(__file__).parent / "data"
@@ -157,9 +157,22 @@ def test_dylan_extra_columns(dylan_rows):
 
 
 def test_dylan_answers_are_extracted_texts(dylan_rows):
+    kinds = Counter()
     for row in dylan_rows.values():
+        kind = answer_kind(row["reference"])
+        kinds[kind] += 1
         for rt, ra in zip(row["texts"], row["answers"], strict=True):
-            assert ra == [None if t is None else extract_answer(t) for t in rt]
+            assert ra == [None if t is None else extract_answer(t, kind) for t in rt]
+    assert kinds["choice"] >= 1 and kinds["number"] >= 1 and kinds[None] >= 1
+
+
+def test_dylan_choice_gold_reads_letters(dylan_rows):
+    # intermediate_algebra_0_207 record 28: gold \text{D}; the agents box
+    # "\textbf{(E) } f(0) > 5" (read by hand: E) and "\textbf{(D) } f(0) = 5" (D)
+    r = dylan_rows["intermediate_algebra_0_207_4_3:28"]
+    assert r["reference"] == r"\text{D}"
+    assert r["answers"][0] == ["E", "D", "D", "D"]
+    assert (r["final_answer"], r["correct"]) == ("D", True)
 
 
 def test_dylan_agreement_matches_majority_margin(dylan_rows):
@@ -169,31 +182,62 @@ def test_dylan_agreement_matches_majority_margin(dylan_rows):
         for answers, agreement in zip(row["answers"], row["agreement"], strict=True):
             ids = answer_classes(answers)
             voted = [None if k < 0 else f"class{k}" for k in ids]
+            expected = fastuq.majority_margin(voted, n_agents=row["n_agents"])
+            assert agreement == pytest.approx(expected, abs=0, rel=1e-15)
             if all(v is None for v in voted):
                 n_rounds_unparseable += 1
-                assert agreement == 0.0
+                assert agreement == expected == 0.0
                 assert "unparseable_round" in row["flags"]
-                with pytest.raises(ValueError):
-                    fastuq.majority_margin(voted, n_agents=row["n_agents"])
-            else:
-                expected = fastuq.majority_margin(voted, n_agents=row["n_agents"])
-                assert agreement == pytest.approx(expected, abs=0, rel=1e-15)
     assert n_rounds_unparseable == 4  # intermediate_algebra_0_207 13 (1 round), 15 (2), 30 (1)
 
 
-def test_dylan_final_answer_and_correct(dylan_rows):
-    for row in dylan_rows.values():
-        last = row["answers"][-1]
-        ids = answer_classes(last)
-        if (ids < 0).all():
-            assert row["final_answer"] is None and row["correct"] is False
-            continue
-        counts = np.bincount(ids[ids >= 0])
-        winner = int(np.flatnonzero(counts == counts.max())[0])  # ties: lowest slot first
-        assert row["final_answer"] == last[int(np.flatnonzero(ids == winner)[0])]
-        assert row["correct"] == answers_equivalent(row["final_answer"], row["reference"])
+def _survivors_final(histories: list[list[str]], texts: list[list[str | None]],
+                     kind) -> str | None:
+    """Reference final answer from the raw file: the majority of the last answers of the
+    agents whose histories the file keeps (DyLAN's survivors), ties to the lowest slot; each
+    history's slot found by matching its texts (never a text recovered from a quote)."""
+    unique = [h for k, h in enumerate(histories) if h not in histories[:k]]
+    slotted = []
+    for h in unique:
+        slot = min(k for k in range(4) if all(texts[t][k] == h[t] for t in range(len(h))))
+        slotted.append((slot, extract_answer(h[-1], kind)))
+    slotted.sort()
+    answers = [a for _, a in slotted]
+    ids = answer_classes(answers)
+    if (ids < 0).all():
+        return None
+    counts = np.bincount(ids[ids >= 0])
+    winner = int(np.flatnonzero(counts == counts.max())[0])  # ties: lowest slot first
+    return answers[int(np.flatnonzero(ids == winner)[0])]
+
+
+def test_dylan_final_answer_is_the_survivors_majority(dylan_rows):
+    raw = _raw_dylan()
+    for tid, row in dylan_rows.items():
+        expected = _survivors_final(raw[tid], row["texts"], answer_kind(row["reference"]))
+        assert row["final_answer"] == expected, tid
+        if expected is None:
+            assert row["correct"] is False
+        else:
+            assert row["correct"] == answers_equivalent(expected, row["reference"])
     accuracy = np.mean([r["correct"] for r in dylan_rows.values()])
     assert 0.2 < accuracy < 0.8
+
+
+def test_dylan_pruned_agents_do_not_vote_for_the_final_answer():
+    """Hand-written 2 x 2 record: round 1 of the whole team ties 1-1-2-2 (agents 0 and 1 are
+    recovered from the quotes), the ranker kept agents 3 and 2, who both answer 2."""
+    (r,) = import_dylan(DATA / "dylan_survivors.json").to_pylist()
+    assert r["answers"] == [[None, None, "2", "3"], ["1", "1", "2", "2"]]
+    assert set(r["flags"]) == {"from_prompts", "responses_missing"}
+    assert r["agreement"] == [0.25, 0.5]
+    # the old rule (majority of every recovered round-1 answer, ties to slot 0) gave "1"
+    assert (r["final_answer"], r["reference"], r["correct"]) == ("2", "2", True)
+    assert (r["question"], r["level"], r["subject"]) == \
+        ("What is the smallest prime number?", 1, "Number Theory")
+    (kept,) = import_dylan(DATA / "dylan_survivors.json", recover=False).to_pylist()
+    assert kept["answers"] == [[None, None, "2", "3"], [None, None, "2", "2"]]
+    assert kept["final_answer"] == "2"
 
 
 def test_dylan_processes_give_the_same_table(dylan):
@@ -231,6 +275,47 @@ def test_du_hand_written_file():
         (r"\dfrac{1}{2}", r"\frac{1}{2}", True)
     assert rows["du_debate:0"]["question_id"] != rows["du_debate:1"]["question_id"]
     assert import_du(DU)["question_id"].equals(t["question_id"])  # stable
+
+
+def test_du_mmlu_letters():
+    """Du et al.'s MMLU format (gen_mmlu.py prompts), written by hand: the gold is a letter,
+    so every response reads as a letter ("(D) 45,X" is D, never 45; a list number is none)."""
+    rows = import_du(DATA / "du_mmlu.json").to_pylist()
+    assert [r["reference"] for r in rows] == ["D", "B", "B", "C"]
+    assert [r["answers"] for r in rows] == [
+        [["D", "B", "D"], ["D", "D", "D"]],  # "(D) 45,X", "(X) B", "**(D)**"; ..., \boxed{\text{D}}
+        [["B", None, "C"], ["B", "B", "C"]],  # "(B) 2.66 %"; a numbered list states no letter
+        [["B", "A", "A"], ["B", "A", "A"]],  # "**B) Media tour**", "A) Press release", "(X) A"
+        [[None, None, None], ["C", "C", "C"]],  # no letter in round 0
+    ]
+    # count / team size: equal fractions are equal floats, compared exactly
+    assert [r["agreement"] for r in rows] == [[2 / 3, 1], [1 / 3, 2 / 3], [2 / 3, 2 / 3], [0, 1]]
+    assert [r["final_answer"] for r in rows] == ["D", "B", "A", "C"]
+    assert [r["correct"] for r in rows] == [True, True, False, True]
+    assert [r["flags"] for r in rows] == [[], [], [], ["unparseable_round"]]
+
+
+def test_du_gsm_boxed_sentences():
+    """Du et al.'s GSM8K format (gen_gsm.py prompts), written by hand: the gold (after ####)
+    is a number, so a boxed sentence around one number gives the number; expressions,
+    ranges and lists stay unreduced."""
+    rows = import_du(DATA / "du_gsm.json").to_pylist()
+    assert [r["reference"] for r in rows] == ["2", "16", "1128", "9"]
+    assert [r["answers"] for r in rows] == [
+        [["2", "2", "3"], ["2", "2", "2"]],  # \boxed{Ronnie has $2}
+        [["16", "15", "16"], ["16", "16", "16"]],  # Time = 16 hours, answer: 15, still 16
+        [["1128", "4", "1128"]],  # {1128 \text{ minutes}}, {4 miles per hour}, 1,128 minutes
+        [["7x + 9", "27 selfies, 18 portraits", r"160 \leq d \leq 230"]],
+    ]
+    assert [r["agreement"] for r in rows] == [[2 / 3, 1], [2 / 3, 1], [2 / 3], [1 / 3]]
+    assert [r["final_answer"] for r in rows] == ["2", "16", "1128", "7x + 9"]
+    assert [r["correct"] for r in rows] == [True, True, True, False]
+
+
+def test_du_biography_logs_are_refused_clearly():
+    with pytest.raises(ValueError, match=r"du_biography\.json: record 0 \('Ada Lovelace'\): "
+                                         r"value is a list of agent histories without a gold"):
+        import_du(DATA / "du_biography.json")
 
 
 def test_du_ragged_histories(tmp_path):
