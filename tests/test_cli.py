@@ -2,8 +2,10 @@
 
 import gzip
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -142,3 +144,21 @@ def test_help_does_not_import_jax():
         "assert 'jax' not in sys.modules, 'jax imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+def test_suite_runs_against_the_installed_package_only(tmp_path):
+    # A directory with a bare fastuq/ first on sys.path, as a source tree in the working
+    # directory is under `python -m pytest`: the suite must refuse to run (usage error 4,
+    # naming the shadowing path) rather than test that tree. Without it, the same run passes.
+    shadow = tmp_path / "shadow"
+    (shadow / "fastuq").mkdir(parents=True)
+    (shadow / "fastuq" / "__init__.py").write_text("")
+    test_file = str(Path(__file__).resolve().parent / "test_pack.py")
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", test_file]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         env=dict(os.environ, PYTHONPATH=str(shadow)))
+    out = res.stdout + res.stderr
+    assert res.returncode == 4, out
+    assert "fastuq tests: imported fastuq from" in out and str(shadow / "fastuq") in out
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr

@@ -1,7 +1,11 @@
-"""Sharding over several XLA host devices changes no score and compiles once per bucket.
+"""Sharding over several XLA host (CPU) devices changes no score and compiles once per bucket.
 
-Runs in a subprocess, since the device count is fixed when JAX starts."""
+Runs in a subprocess, since the device count is fixed when JAX starts. The subprocess runs JAX
+on its CPU platform (``JAX_PLATFORMS=cpu``), so that the two host devices are the ones used
+even on a machine whose default JAX backend is a GPU. Scores are compared with the NumPy
+twins to 1e-12 (float64 through different code paths)."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -15,7 +19,9 @@ def test_two_host_devices_give_the_same_scores_and_do_not_recompile(tmp_path):
         import fastuq
         assert fastuq.use_cpu_devices(2) == 2
         import jax
-        assert len(jax.devices()) == 2
+        assert jax.default_backend() == "cpu", jax.default_backend()
+        assert len(jax.devices("cpu")) == 2, jax.devices("cpu")
+        assert len(jax.local_devices()) == 2  # what fastuq shards over
         from fastuq._runtime import compiled_count
         from fastuq.synth import corpus
 
@@ -43,8 +49,9 @@ def test_two_host_devices_give_the_same_scores_and_do_not_recompile(tmp_path):
         print("ok")
         """
     )
-    # Run outside the checkout, so that the installed package (with fastuq.kernels) is used.
+    # Outside the checkout (and PYTHONSAFEPATH, see conftest.py): the installed package.
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=600, cwd=tmp_path)
+                         timeout=600, cwd=tmp_path, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.strip().endswith("ok")

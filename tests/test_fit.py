@@ -3,7 +3,9 @@
 What is asserted: each objective improves on its starting value on the training
 trajectories; the constraints hold (lam in [0, 1], q >= 0, sigma2_0 > 0) even with a wild
 learning rate; mixed corpora are fitted per protocol on their own trajectories; held-out
-metrics equal an independent recomputation (exact, 1e-12); float64 stays scoped.
+metrics equal an independent recomputation (scikit-learn's AUROC, a stable-sort AUARC: 1e-12);
+the Platt coefficients equal scikit-learn's unpenalised LogisticRegression (newton-cg,
+tol 1e-12: agrees to ~1e-15, asserted to 1e-9 relative); float64 stays scoped.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ import warnings
 
 import numpy as np
 import pytest
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import log_loss, roc_auc_score
 
 import fastuq
 from fastuq import cli
-from fastuq.fit import FitResult, _platt_newton, fit_sauce
-from fastuq.metrics import auarc, auroc
+from fastuq.fit import FitResult, fit_sauce
 from fastuq.sweeps import load_sauce_data
 from fastuq.synth import corpus
 
@@ -31,6 +34,19 @@ def debate():
 @pytest.fixture(scope="module")
 def mixed():
     return corpus(3000, protocol="mixed", seed=6)
+
+
+def _sklearn_platt(scores, y):
+    """Maximum-likelihood (alpha, beta) of P(correct) = sigmoid(alpha + beta * score)."""
+    lr = LogisticRegression(C=np.inf, solver="newton-cg", tol=1e-12, max_iter=1000)
+    lr.fit(np.asarray(scores, np.float64)[:, None], y)
+    return float(lr.intercept_[0]), float(lr.coef_[0, 0]), lr
+
+
+def _auarc_plain(y, u):
+    """Mean over k of the accuracy of the k most certain (stable order for ties)."""
+    ys = np.asarray(y, np.float64)[np.argsort(u, kind="stable")]
+    return float(np.mean(np.cumsum(ys) / np.arange(1, len(ys) + 1)))
 
 
 def _check_constraints(params):
@@ -64,10 +80,16 @@ def test_platt_start_and_end_are_exact_logloss(debate):
     s = fastuq.sauce_batch(data.agreement, data.token_entropy, data.round_mask,
                            dtype="float32", **res.params["debate"])["score"]
     alpha, beta = res.platt["debate"]
-    assert (alpha, beta) == pytest.approx(_platt_newton(s, data.labels))
-    z = alpha + beta * s.astype(np.float64)
-    logloss = np.mean(np.logaddexp(0, z) - data.labels * z)
+    ref_alpha, ref_beta, lr = _sklearn_platt(s, data.labels)
+    assert (alpha, beta) == pytest.approx((ref_alpha, ref_beta), rel=1e-9)
+    logloss = log_loss(data.labels, lr.predict_proba(s.astype(np.float64)[:, None])[:, 1])
     assert res.train_objective["debate"][1] == pytest.approx(logloss, rel=1e-9)
+    # the starting value: the preset parameters' scores, Platt-fitted the same way
+    s0 = fastuq.sauce_batch(data.agreement, data.token_entropy, data.round_mask,
+                            dtype="float32", **res.init["debate"])["score"]
+    _, _, lr0 = _sklearn_platt(s0, data.labels)
+    logloss0 = log_loss(data.labels, lr0.predict_proba(s0.astype(np.float64)[:, None])[:, 1])
+    assert res.train_objective["debate"][0] == pytest.approx(logloss0, rel=1e-9)
     assert beta < 0  # higher uncertainty, less likely correct
     assert res.heldout is None
 
@@ -108,8 +130,10 @@ def test_cv_heldout_metrics_match_an_independent_recomputation(mixed):
                              protocol=protos, dtype="float32")["score"]
     row = tab.filter((tab["split"] == 1) & (tab["protocol"] == "all")).row(0, named=True)
     assert row["n"] == test.sum()
-    assert row["auroc_preset"] == pytest.approx(auroc(data.labels[test], pre[test]), abs=1e-12)
-    assert row["auarc_preset"] == pytest.approx(auarc(data.labels[test], pre[test]), abs=1e-12)
+    assert row["auroc_preset"] == pytest.approx(
+        roc_auc_score(data.labels[test], -pre[test].astype(np.float64)), abs=1e-12)
+    assert row["auarc_preset"] == pytest.approx(_auarc_plain(data.labels[test], pre[test]),
+                                                abs=1e-12)
     means = res.heldout_mean()
     assert set(means) == {"all", "debate", "dylan"}
     assert "held-out metrics (2-fold cross-validation)" in res.summary()
@@ -118,9 +142,10 @@ def test_cv_heldout_metrics_match_an_independent_recomputation(mixed):
 def test_float64_fit_is_scoped(debate):
     import jax
 
+    before = jax.config.jax_enable_x64  # False unless the user set JAX_ENABLE_X64
     res = fit_sauce(debate, steps=40, holdout=0.0, dtype="float64")
     _check_constraints(res.params)
-    assert not jax.config.jax_enable_x64
+    assert jax.config.jax_enable_x64 == before
     assert res.settings["dtype"] == "float64"
 
 

@@ -130,11 +130,25 @@ def test_folder_and_list_sources_chain_files_in_order(corpus, tmp_path):
     assert count_rows([files[0], corpus]) == 100 + N
 
 
-def test_hugging_face_dataset(corpus):
-    datasets = pytest.importorskip("datasets")
+def test_hugging_face_dataset(corpus, monkeypatch):
+    # `datasets` is in the test extra: this must run, not skip. Everything stays in memory
+    # (no hub, no download, no cache files).
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import datasets
+
     ds = datasets.Dataset(corpus)
     got = pa.concat_tables(read_corpus(ds, chunk_rows=50))
     assert got.equals(corpus)
+    assert ds.cache_files == []
+    # built from plain Python lists, as a user would: the types are inferred (int64 team
+    # sizes, float64 top-k), and the reader conforms them to the canonical schema
+    plain = datasets.Dataset.from_dict(corpus.to_pydict())
+    assert plain.features["n_agents"].dtype == "int64"
+    got = pa.concat_tables(read_corpus(plain, chunk_rows=64))
+    assert got.schema.equals(corpus.schema)
+    assert got.equals(corpus)
+    assert count_rows(plain) == N
     shuffled = ds.select(list(range(N - 1, -1, -1)))  # an index mapping: rows in new order
     got = pa.concat_tables(read_corpus(shuffled, columns=["agreement"], chunk_rows=77))
     assert got["trajectory_id"].to_pylist() == corpus["trajectory_id"].to_pylist()[::-1]

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import ast
 import math
+import os
 import subprocess
 import sys
 from collections import Counter
 from importlib.resources import files
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -24,7 +24,11 @@ from fastuq import synth
 from fastuq.synth import corpus, corpus_chunks, write
 
 REL = 1e-9  # float64 sums recomputed in another order
-ROOT = Path(__file__).resolve().parents[1]
+# Floats of two runs of the simulator on different machines: NumPy's exp/log (and so every
+# simulated log-probability and entropy) differ in the last bits between its SIMD builds
+# (AVX-512 vs AVX2: up to 2.4 ulp, 874 of the sample's 2000 rows). 1e-12 relative is ~4500
+# ulp, far above that and far below any change of the simulation itself.
+MACHINE_RTOL = 1e-12
 
 EXPECTED_TYPES = {
     "trajectory_id": pa.string(),
@@ -256,10 +260,95 @@ def test_chunks_concatenate_to_corpus(monkeypatch):
     assert pa.concat_tables(parts)["trajectory_id"].to_pylist()[64] == "t000064"
 
 
+def _leaves(arr: pa.Array, path: str) -> list[tuple[str, pa.Array]]:
+    """(path, leaf values) of a possibly nested list column; list lengths and nulls at every
+    level are asserted equal by the caller through the ``.len`` / ``.valid`` entries."""
+    out = [(f"{path}.valid", arr.is_valid())]
+    if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
+        out.append((f"{path}.len", pc.list_value_length(arr).fill_null(-1)))
+        out += _leaves(pc.list_flatten(arr), f"{path}[]")
+    else:
+        out.append((path, arr))
+    return out
+
+
+def assert_tables_match(got: pa.Table, want: pa.Table, rtol: float = MACHINE_RTOL) -> None:
+    """Equal schemas, list lengths, nulls, integers, strings and booleans exactly; floats to
+    ``rtol`` (relative, NaN equal to NaN)."""
+    assert got.schema == want.schema
+    assert got.num_rows == want.num_rows
+    for name in want.column_names:
+        pairs = zip(_leaves(got[name].combine_chunks(), name),
+                    _leaves(want[name].combine_chunks(), name), strict=True)
+        for (path, g), (_, w) in pairs:
+            if pa.types.is_floating(w.type):
+                ok = w.is_valid().to_numpy(zero_copy_only=False)
+                np.testing.assert_allclose(
+                    g.to_numpy(zero_copy_only=False)[ok], w.to_numpy(zero_copy_only=False)[ok],
+                    rtol=rtol, atol=0, err_msg=path)
+            else:
+                assert g.equals(w), path
+
+
 def test_bundled_sample_matches_regeneration():
     path = files("fastuq") / "data" / "sample.parquet"
     committed = pq.read_table(str(path))
-    assert committed.equals(corpus(2000, protocol="mixed", seed=0))
+    assert_tables_match(corpus(2000, protocol="mixed", seed=0), committed)
+
+
+def test_sample_regenerated_without_avx512_matches(tmp_path):
+    # NumPy's AVX-512 exp/log switched off, as on a CPU without AVX-512: the floats move in
+    # their last bits (on an AVX-512 machine), nothing else may.
+    out = tmp_path / "no_avx512.parquet"
+    code = ("import sys; from fastuq.synth import corpus, write; "
+            "write(corpus(2000, protocol='mixed', seed=0), sys.argv[1])")
+    env = dict(os.environ, NPY_DISABLE_CPU_FEATURES=" ".join(_avx512_dispatch_features()))
+    res = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path, env=env)
+    assert res.returncode == 0, res.stderr
+    regenerated = pq.read_table(out)
+    committed = pq.read_table(str(files("fastuq") / "data" / "sample.parquet"))
+    assert_tables_match(regenerated, committed)
+
+
+def _avx512_dispatch_features() -> list[str]:
+    """The AVX-512 targets this NumPy dispatches to on this machine (empty without AVX-512)."""
+    try:
+        from numpy._core import _multiarray_umath as umath
+    except ImportError:  # NumPy 1.x
+        from numpy.core import _multiarray_umath as umath
+    return [f for f in umath.__cpu_dispatch__
+            if umath.__cpu_features__.get(f) and f not in umath.__cpu_baseline__
+            and (f.startswith("AVX512") or f == "X86_V4")]
+
+
+def test_assert_tables_match_tolerates_ulps_and_nothing_else():
+    t = corpus(40, protocol="dylan", seed=3, topk=2)
+
+    def with_column(name, rows):
+        return t.set_column(t.column_names.index(name), name,
+                            pa.array(rows, t.schema.field(name).type))
+
+    lp = t["seq_logprob"].to_pylist()
+    ulp = [[[None if x is None else float(np.nextafter(x, 0.0)) for x in a] for a in r]
+           for r in lp]
+    assert_tables_match(with_column("seq_logprob", ulp), t)
+    off = [[[None if x is None else x * (1 + 1e-9) for x in a] for a in r] for r in lp]
+    with pytest.raises(AssertionError, match="seq_logprob"):
+        assert_tables_match(with_column("seq_logprob", off), t)
+    shorter = [[a[:-1] if k == 0 else a for k, a in enumerate(r)] for r in lp]
+    with pytest.raises(AssertionError, match=r"seq_logprob\[\]"):
+        assert_tables_match(with_column("seq_logprob", shorter), t)
+    for name, change in (("n_agents", lambda v: v + 1), ("final_answer", lambda v: f"{v}x"),
+                         ("correct", lambda v: not v)):
+        rows = t[name].to_pylist()
+        rows[7] = change(rows[7])
+        with pytest.raises(AssertionError, match=name):
+            assert_tables_match(with_column(name, rows), t)
+    nulled = t["token_entropy"].to_pylist()
+    nulled[5] = None
+    with pytest.raises(AssertionError, match="token_entropy.valid"):
+        assert_tables_match(with_column("token_entropy", nulled), t)
 
 
 # --- realism -------------------------------------------------------------------------------
@@ -337,10 +426,15 @@ def test_cli_bad_arguments(tmp_path, capsys):
     assert pq.read_table(tmp_path / "e.parquet").num_rows == 0
 
 
-def test_no_jax_import():
-    sources = [ROOT / "fastuq" / "synth.py", *sorted((ROOT / "fastuq").glob("_synth_*.py"))]
+def test_no_jax_import(tmp_path):
+    # The installed package's own files (a wheel or an editable install alike).
+    pkg = files("fastuq")
+    sources = [pkg / "synth.py",
+               *sorted((p for p in pkg.iterdir() if p.name.startswith("_synth_")
+                        and p.name.endswith(".py")), key=lambda p: p.name)]
+    assert len(sources) >= 2, sources
     for src in sources:
-        for node in ast.walk(ast.parse(src.read_text())):
+        for node in ast.walk(ast.parse(src.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
                 assert not any(a.name.split(".")[0] == "jax" for a in node.names), src
             elif isinstance(node, ast.ImportFrom):
@@ -349,7 +443,7 @@ def test_no_jax_import():
             "print(sorted(m for m in set(sys.modules) - had if m.split('.')[0] in "
             "('jax', 'jaxlib')))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60)
+                         timeout=60, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "[]"
 
