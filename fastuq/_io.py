@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -81,12 +80,11 @@ def _probe_folder(folder: Path, shown: str | os.PathLike) -> None:
     """Create and remove a file in ``folder`` (the same call the writers make), so that an
     unwritable folder or a read-only file system is found before any work, as root too."""
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".fastuq-probe.", suffix=".tmp", dir=folder)
+        tmp = _temporary(folder / "fastuq-probe")
     except OSError as exc:
         raise OutputError(shown, f"cannot create a file in {folder}: "
                                  f"{exc.strerror or exc}") from None
-    os.close(fd)
-    os.unlink(tmp)
+    _discard(tmp)
 
 
 def _check_destination(path: Path, shown: str | os.PathLike, kind: str) -> None:

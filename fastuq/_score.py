@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ._batch import Batch, _Labels
+from ._batch import Batch
 from ._errors import RecordError, TooManySkipped
 from ._io import AtomicParquetWriter, atomic_write_text, check_outputs
 from ._registry import ESTIMATORS, check_params, get_estimator
@@ -426,55 +426,60 @@ def _drop(table: pa.Table, rows: np.ndarray, bad: np.ndarray) -> tuple[pa.Table,
     return table.filter(pa.array(~bad)), rows[~bad]
 
 
-def _skip_bad_rows(
-    table: pa.Table, chunk, rows: np.ndarray, seen: _SeenIds, resolved, skipped: list, *,
-    methods, protocol, params, dtype, observation_noise, math, processes, info,
-) -> tuple[pa.Table, np.ndarray, tuple[str, ...]]:
-    """Every bad row of the chunk at once (vectorized checks), appended to ``skipped``;
-    returns the chunk without them."""
-    from ._skip import input_problems
+def _structural_problems(chunk, seen: _SeenIds):
+    """Conform and check one chunk, collecting every bad row (run on the prefetch thread,
+    so that it overlaps scoring the previous chunk): ``(chunk, table, problems)``."""
     from .schema import Problems, conform, validate
 
+    table = chunk.table
     source = chunk.source
-    problems = Problems(table, source, rows=rows, first_only=False)
+    rows = np.arange(chunk.source_row0, chunk.source_row0 + table.num_rows)
     if "trajectory_id" not in table.column_names:
         validate(table, source=source, row0=chunk.source_row0)  # raises: no id column
+    problems = Problems(table, source, rows=rows, first_only=False)
     table = conform(table, source=source, problems=problems)
     problems.table = table
-    validate(table, source=source, problems=problems)
     ids = table.column("trajectory_id").combine_chunks()
-    repeat, first = seen.repeats(ids)
+    repeat, first = seen.repeats(ids)  # before the in-chunk check: name the first occurrence
     if repeat.any():
         problems.add(repeat, "trajectory_id",
                      lambda i: f"duplicate id (first at {seen.where(int(first[i]))})")
+    validate(table, source=source, problems=problems)
     seen.add(ids, chunk.row0, source, chunk.source_row0)
-    bad = problems.mask(table.num_rows)
-    reasons = dict(problems.bad)
-    table, rows = _drop(table, rows, bad)
-    kept_index = np.flatnonzero(~bad)
+    return chunk, table, problems
+
+
+def _skip_bad_rows(
+    chunk, table: pa.Table, problems, resolved, skipped: list, *,
+    methods, protocol, params, dtype, observation_noise, math, processes, info,
+) -> tuple[pa.Table, np.ndarray, tuple[str, ...]]:
+    """Every bad row of the chunk at once (vectorized checks, on top of the structural ones
+    in ``problems``), appended to ``skipped``; returns the chunk without them, the source
+    rows of what is left, and the methods."""
+    from ._skip import input_problems
+
+    source = chunk.source
+    rows = problems.rows
     if table.num_rows:
         batch = _make_batch(table, chunk, rows, dtype=dtype,
                             observation_noise=observation_noise, math=math,
                             processes=processes)
         resolved = _resolve_once(resolved, methods, batch, params, observation_noise, info)
         inputs = {i for m in resolved for i in get_estimator(m).inputs}
-        sauce = "sauce" in resolved
-        more = Problems(table, source, rows=rows, first_only=False)
         input_problems(
-            table, _Labels(batch.ids, source, rows), more, inputs=inputs, protocol=protocol,
+            table, problems, inputs=inputs, protocol=protocol,
             params={p: params.get(p) for p in get_estimator("sauce").params},
-            presets=get_estimator("sauce").presets if sauce else None,
+            presets=get_estimator("sauce").presets if "sauce" in resolved else None,
             confidence=params.get("confidence"),
         )
-        if more.bad:
-            for i, reason in more.bad.items():
-                reasons[int(kept_index[i])] = reason
-            table, rows = _drop(table, rows, more.mask(table.num_rows))
-    ids_all = ids
-    for i in sorted(reasons):
-        tid = ids_all[i].as_py()
-        skipped.append(Skipped(source, int(chunk.source_row0 + i),
-                               None if tid is None else str(tid), reasons[i]))
+    if problems.bad:
+        idx = sorted(problems.bad)
+        tids = table.column("trajectory_id").combine_chunks().take(
+            pa.array(idx, pa.int64())).to_pylist()
+        for i, tid in zip(idx, tids, strict=True):
+            skipped.append(Skipped(source, int(rows[i]), None if tid is None else str(tid),
+                                   problems.bad[i]))
+        table, rows = _drop(table, rows, problems.mask(table.num_rows))
     return table, rows, resolved
 
 
@@ -541,10 +546,16 @@ def iter_scores(
     seen = _SeenIds()
     kw = dict(methods=methods, protocol=protocol, params=params, dtype=dtype,
               observation_noise=observation_noise, math=math, processes=processes, info=info)
+    if skip:
+        reader = (_structural_problems(chunk, seen) for chunk in reader)
     try:
-        for chunk in _prefetch(reader):
-            table = chunk.table
-            rows = np.arange(chunk.source_row0, chunk.source_row0 + table.num_rows)
+        for item in _prefetch(reader):
+            if skip:
+                chunk, table, problems = item
+            else:
+                chunk = item
+                table = chunk.table
+                rows = np.arange(chunk.source_row0, chunk.source_row0 + table.num_rows)
             if not skip:
                 ids = table.column("trajectory_id").combine_chunks()
                 repeat, first = seen.repeats(ids)
@@ -558,7 +569,7 @@ def iter_scores(
                                                        backend=backend, **kw)
                 yield batch, scores
                 continue
-            table, rows, resolved = _skip_bad_rows(table, chunk, rows, seen, resolved, skipped,
+            table, rows, resolved = _skip_bad_rows(chunk, table, problems, resolved, skipped,
                                                    **kw)
             while table.num_rows:
                 try:
@@ -668,7 +679,6 @@ def score_file(
         the same file, a name contradicts its format, or the destination cannot be written;
         found before anything is read.
     """
-    import json
 
     from .readers import count_rows
 
@@ -743,7 +753,7 @@ def score_file(
                 too_many = (f"{len(skipped):,} of {n_in:,} records ({len(skipped) / n_in:.2%}) "
                             f"were skipped, more than max_skip_fraction = {max_skip_fraction}")
         if side is not None:
-            atomic_write_text(side, "".join(json.dumps(vars(k)) + "\n" for k in skipped))
+            atomic_write_text(side, _skip_lines(skipped))
             report.skipped_path = str(side)
         if too_many is not None:
             raise TooManySkipped(f"{too_many}; no scores written; the skipped records and "
@@ -769,6 +779,22 @@ def score_file(
         if kept_protocol and sum(map(len, kept_protocol)) == report.n_rows:
             report.protocol = np.concatenate(kept_protocol)
     return report
+
+
+def _skip_lines(skipped: list[Skipped]) -> str:
+    """The skip list as JSON Lines (``source``, ``row``, ``trajectory_id``, ``reason``),
+    encoded column-wise by Polars rather than one ``json.dumps`` per record."""
+    import polars as pl
+
+    if not skipped:
+        return ""
+    frame = pl.DataFrame({
+        "source": [k.source for k in skipped], "row": [k.row for k in skipped],
+        "trajectory_id": [k.trajectory_id for k in skipped],
+        "reason": [k.reason for k in skipped],
+    }, schema={"source": pl.String, "row": pl.Int64, "trajectory_id": pl.String,
+               "reason": pl.String})
+    return frame.write_ndjson()
 
 
 class ProgressBar:

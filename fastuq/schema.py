@@ -129,15 +129,29 @@ class Problems:
         (``None``: not this field's problem after all)."""
         if not mask.any():
             return
+        found = []
         for i in np.flatnonzero(mask).tolist():
             if i in self.bad:
                 continue
             text = problem(i)
             if text is None:
                 continue
-            where = describe_row(self.table, i, source=self.source, row0=self.row0,
-                                 rows=self.rows)
-            msg = f"{where}: field {field}: {text}"
+            found.append((i, text))
+            if self.first_only:
+                break
+        if not found:
+            return
+        tids: list = [None] * len(found)
+        if "trajectory_id" in self.table.column_names:
+            try:  # one take for all the bad rows, not one scalar per row
+                tids = _combined(self.table.column("trajectory_id")).take(
+                    pa.array([i for i, _ in found], pa.int64())).to_pylist()
+            except Exception:  # noqa: BLE001 - a message must never fail
+                pass
+        head = f"{self.source}: " if self.source else ""
+        for (i, text), tid in zip(found, tids, strict=True):
+            who = f" (trajectory_id {tid!r})" if tid is not None else ""
+            msg = f"{head}row {self.row(i)}{who}: field {field}: {text}"
             if self.first_only:
                 raise RecordError(msg, row=i)
             self.bad[i] = msg

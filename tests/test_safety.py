@@ -144,7 +144,7 @@ def test_unwritable_outputs_fail_before_reading_with_one_line(tmp_path, capsys):
         assert line == f"fastuq score: error: cannot write {out}: {line.split(': ', 3)[3]}"
         assert reason in line and "row 3" not in line
     assert not any(p.name.endswith(".tmp") for p in tmp_path.rglob("*"))
-    assert not any(p.name.startswith(".fastuq") for p in Path("/tmp").glob(".fastuq-probe*"))
+    assert not any(p.name.startswith(".fastuq-probe") for p in tmp_path.rglob(".*"))
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
@@ -192,10 +192,10 @@ def test_sigterm_mid_run_leaves_nothing_behind(tmp_path):
         [sys.executable, "-m", "fastuq", "score", str(src), "-o", str(out_dir / "s.parquet"),
          "--chunk-rows", "1024", "--backend", "numpy", "--method", "sauce,mean_agreement",
          "--cpu-devices", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
     )
     deadline = time.monotonic() + 120
-    while not any(out_dir.iterdir()):  # wait for the temporary file: mid-run
+    while not any(p.name.startswith(".s.parquet.") for p in out_dir.iterdir()):  # mid-run
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline
         time.sleep(0.02)

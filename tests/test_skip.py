@@ -223,3 +223,32 @@ def test_seen_ids_holds_twelve_bytes_per_trajectory():
     finally:
         seen.close()
     assert held == 12 * n
+
+
+def test_skip_node_inputs_bad_log_probabilities_and_empty_records(tmp_path):
+    rng = np.random.default_rng(7)
+    n = 60
+    seq = [[[float(-x) for x in rng.exponential(2.0, 3)] for _ in range(int(rng.integers(1, 4)))]
+           for _ in range(n)]
+    bad = {4: "positive", 5: "nan", 30: "silent", 59: "positive"}
+    seq[4][0][1] = 0.5
+    seq[5][-1][2] = float("nan")
+    seq[30] = [[None, None, None]]
+    seq[59][-1][0] = 2.0
+    table = pa.table({"trajectory_id": [f"u{k}" for k in range(n)],
+                      "protocol": ["debate"] * n, "n_agents": [3] * n, "seq_logprob": seq})
+    path = tmp_path / "u.parquet"
+    pq.write_table(table, path)
+    out = tmp_path / "s.parquet"
+    report = fastuq.score_file(path, out, methods="umas,msp_final", on_error="skip",
+                               chunk_rows=16, backend="numpy")
+    assert sorted(k.row for k in report.skipped) == sorted(bad)
+    reasons = {k.row: k.reason for k in report.skipped}
+    assert "round 0, agent 1: seq_logprob = 0.5" in reasons[4]
+    assert "no valid node" in reasons[30] and "row 30" in reasons[30]
+    kept = [k for k in range(n) if k not in bad]
+    alone = fastuq.score(table.take(kept), "umas,msp_final", backend="numpy")
+    got = pq.read_table(out)
+    assert got["trajectory_id"].to_pylist() == [f"u{k}" for k in kept]
+    for m in ("umas", "msp_final"):
+        np.testing.assert_allclose(got[m].to_numpy(), alone[m].to_numpy(), rtol=0, atol=0)
