@@ -157,6 +157,12 @@ def run(args: argparse.Namespace) -> int:
     from .metrics import METRICS
 
     source = Path(args.corpus) if args.corpus else sample_corpus_path()
+    from ._io import cli_check_outputs
+
+    rc = cli_check_outputs("fastuq eval", [source, args.scores, args.expect],
+                           [("--json", args.json_out, "json"), ("--plots", args.plots, "dir")])
+    if rc is not None:
+        return rc
     try:
         expected = ev.load_expectations(args.expect) if args.expect else None
         methods = _split(args.method)

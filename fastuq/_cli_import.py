@@ -30,6 +30,9 @@ def add_parser(sub) -> None:
     p.add_argument("--math", action="store_true",
                    help="also count answers equivalent by math-verify (pip install "
                         "'fastuq[math]'); slower: some 40 ms per distinct pair")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar on stderr, per input file (default: when stderr is a "
+                        "terminal)")
     p.add_argument("--processes", type=int, default=1, metavar="N",
                    help="worker processes, one input file at a time each (default 1)")
     p.add_argument("--no-recover", dest="recover", action="store_false",
@@ -72,29 +75,64 @@ def summarize(table, seconds: float | None = None) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run ``fastuq import``; returns the exit status."""
+def _import_with_progress(args: argparse.Namespace, bar) -> object:
+    """The imported table, file group by file group, reporting files done to ``bar``.
+
+    One importer call per group of files (``processes`` files per worker each), so parallel
+    imports stay parallel; the tables are concatenated in file order, as one call would
+    give them."""
+    import pyarrow as pa
+
+    from ._import_common import expand_paths
     from .importers import import_du, import_dylan
 
+    files = expand_paths(args.src)
+    group = 1 if args.processes <= 1 else 4 * args.processes
+    parts = []
+    for k in range(0, len(files), group):
+        some = files[k:k + group]
+        if args.format == "dylan":
+            parts.append(import_dylan(some, math=args.math, processes=args.processes,
+                                      recover=args.recover))
+        else:
+            parts.append(import_du(some, math=args.math, processes=args.processes))
+        bar(k + len(some), len(files))
+    return pa.concat_tables(parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``fastuq import``; returns the exit status."""
+    from ._import_common import expand_paths
+    from ._io import atomic_write_parquet, cli_check_outputs
+    from ._score import ProgressBar
+
+    prog = "fastuq import"
     if args.processes < 1:
-        print("fastuq import: --processes must be at least 1", file=sys.stderr)
+        print(f"{prog}: --processes must be at least 1", file=sys.stderr)
         return 2
+    rc = cli_check_outputs(prog, args.src, [("-o", args.output, "parquet")],
+                           reads=lambda p: p.name.endswith(".json")
+                           and not p.name.startswith("."))
+    if rc is not None:
+        return rc
+    try:
+        expand_paths(args.src)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 1
     if args.math:
         import logging
 
         logging.getLogger("math_verify").setLevel(logging.ERROR)  # per-pair timeout notices
     start = time.perf_counter()
+    bar = ProgressBar(args.progress, unit="files")
     try:
-        if args.format == "dylan":
-            table = import_dylan(args.src, math=args.math, processes=args.processes,
-                                 recover=args.recover)
-        else:
-            table = import_du(args.src, math=args.math, processes=args.processes)
-        from ._io import atomic_write_parquet
-
+        table = _import_with_progress(args, bar)
+        bar.close()
         atomic_write_parquet(table, Path(args.output))
-    except (ValueError, FileNotFoundError, ImportError) as exc:
-        print(f"fastuq import: error: {exc}", file=sys.stderr)
+    except (ValueError, FileNotFoundError, ImportError, OSError) as exc:
+        bar.close()
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 1
     print(summarize(table, time.perf_counter() - start))
     print(f"wrote {args.output}")

@@ -8,6 +8,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .cli import fraction, positive_int
+
 
 def add_parser(sub) -> None:
     """Register ``score`` on the subparsers ``sub``."""
@@ -45,19 +47,23 @@ def add_parser(sub) -> None:
                     help="when agreement is built from parsed answers, also let answers that "
                          "math-verify proves equivalent vote together (pip install "
                          "'fastuq[math]')")
-    sc.add_argument("--processes", type=int, metavar="N",
+    sc.add_argument("--processes", type=positive_int, metavar="N",
                     help="worker processes for the --math checks")
     sc.add_argument("--on-error", choices=("raise", "skip"), default="raise",
                     help="a bad record stops the run (raise, default) or is skipped, counted "
                          "and listed with its reason in OUT.skipped.jsonl (skip)")
     sc.add_argument("--skipped", metavar="PATH",
-                    help="where --on-error skip lists the skipped records")
+                    help="where --on-error skip lists the skipped records (JSON Lines)")
+    sc.add_argument("--max-skip-fraction", type=fraction, metavar="F",
+                    help="with --on-error skip: fail (exit 1, no scores written, the skip list "
+                         "kept) when more than this fraction of the records is skipped; a run "
+                         "that skips every record always fails")
     sc.add_argument("--dtype", choices=("float64", "float32"), default="float64",
                     help="kernel precision (default float64; output is float64)")
     sc.add_argument("--backend", choices=("jax", "numpy"), default="jax")
-    sc.add_argument("--chunk-rows", type=int, default=1 << 18,
+    sc.add_argument("--chunk-rows", type=positive_int, default=1 << 18,
                     help="records per chunk (bounds memory; default 262144)")
-    sc.add_argument("--cpu-devices", type=int, default=os.cpu_count() or 1,
+    sc.add_argument("--cpu-devices", type=positive_int, default=os.cpu_count() or 1,
                     help="XLA host devices to split the CPU into (default: one per core)")
     sc.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                     help="progress bar on stderr (default: when stderr is a terminal)")
@@ -96,19 +102,52 @@ def _summary(report, stream) -> None:
     print(f"wrote {report.output}", file=stream)
 
 
+def _option_problem(args: argparse.Namespace) -> str | None:
+    """An option that would be ignored (or mean nothing), as an error message."""
+    if args.skipped is not None and args.on_error != "skip":
+        return "--skipped only applies with --on-error skip (nothing is skipped otherwise)"
+    if args.max_skip_fraction is not None and args.on_error != "skip":
+        return "--max-skip-fraction only applies with --on-error skip"
+    if args.processes is not None and not args.math:
+        return "--processes only applies with --math (the math-verify checks)"
+    if args.observation_noise is not None and not (
+        args.observation_noise >= 0 and args.observation_noise < float("inf")
+    ):
+        return f"--observation-noise must be finite and >= 0, got {args.observation_noise}"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``fastuq score``; returns the exit status."""
+    from ._io import OutputError, cli_check_outputs
     from ._runtime import use_cpu_devices
-    from ._score import ProgressBar, score_file
+    from ._score import ProgressBar, _method_list, score_file
     from .cli import sample_corpus_path
 
+    prog = "fastuq score"
     sample = args.sample or args.input is None
     if not sample and not args.output:
-        print("fastuq score: -o/--output is required with INPUT", file=sys.stderr)
+        print(f"{prog}: -o/--output is required with INPUT", file=sys.stderr)
         return 2
+    source = sample_corpus_path() if sample else Path(args.input)
+    problem = _option_problem(args)
+    if problem is None:
+        try:
+            _method_list(args.method)
+        except ValueError as exc:
+            problem = f"--method: {exc}"
+    if problem is not None:
+        print(f"{prog}: error: {problem}", file=sys.stderr)
+        return 2
+    skipped = args.skipped
+    if args.on_error == "skip" and args.output and not skipped:
+        skipped = args.output + ".skipped.jsonl"
+    rc = cli_check_outputs(prog, [source], [("-o", args.output, "parquet"),
+                                            ("--skipped", skipped, "jsonl")])
+    if rc is not None:
+        return rc
     if args.backend == "jax":
         use_cpu_devices(args.cpu_devices, strict=False)
-    source = sample_corpus_path() if sample else Path(args.input)
     methods = args.method
     bar = ProgressBar(args.progress)
     with tempfile.TemporaryDirectory() as tmp:
@@ -120,14 +159,21 @@ def run(args: argparse.Namespace) -> int:
                 backend=args.backend, chunk_rows=args.chunk_rows, progress=bar,
                 observation_noise=args.observation_noise, confidence=args.confidence,
                 on_error=args.on_error, skipped_path=args.skipped, math=args.math,
-                processes=args.processes,
+                processes=args.processes, max_skip_fraction=args.max_skip_fraction,
                 keep_scores=sample,
             )
-        except (ValueError, FileNotFoundError) as exc:
+        except OutputError as exc:
             bar.close()
-            print(f"fastuq score: error: {exc}", file=sys.stderr)
+            print(f"{prog}: error: {exc}", file=sys.stderr)
+            return 2
+        except (ValueError, OSError, TypeError) as exc:
+            bar.close()
+            print(f"{prog}: error: {exc}", file=sys.stderr)
             return 1
         bar.close()
+        if report.left_out:
+            print(f"--method all: left out {len(report.left_out)} estimator(s): " + "; ".join(
+                f"{k} ({v})" for k, v in report.left_out.items()), file=sys.stderr)
         if sample:
             if not args.output:
                 report.output = "(not kept; pass -o to keep the scores)"

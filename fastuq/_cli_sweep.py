@@ -61,6 +61,10 @@ def _grid(args: argparse.Namespace) -> dict[str, list[float]]:
     if unknown:
         raise ValueError(f"--log names unknown parameter(s) {unknown}; known: {names}")
     logs = {n.replace("-", "_") for n in args.log}
+    unused = sorted(n for n in logs if getattr(args, n) is None)
+    if unused:
+        raise ValueError(f"--log {unused[0]} without --{unused[0].replace('_', '-')}: nothing "
+                         "to space in log")
     grid = {}
     for name in names:
         spec = getattr(args, name)
@@ -103,6 +107,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"{prog}: --plot needs matplotlib (pip install matplotlib)", file=sys.stderr)
             return 1
     source = sample_corpus_path() if args.sample else Path(args.input)
+    from ._io import cli_check_outputs
+
+    rc = cli_check_outputs(prog, [source], [("-o", args.output, "parquet"),
+                                            ("--plot", args.plot, None)])
+    if rc is not None:
+        return rc
     start = time.perf_counter()
     try:
         table = sweep(source, grid, metrics, protocol=args.protocol, dtype=args.dtype,

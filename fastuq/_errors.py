@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["RecordError"]
+__all__ = ["RecordError", "TooManySkipped"]
 
 
 class RecordError(ValueError):
@@ -16,3 +16,8 @@ class RecordError(ValueError):
     def __init__(self, message: str, row: int | None = None) -> None:
         super().__init__(message)
         self.row = row
+
+
+class TooManySkipped(ValueError):
+    """A run with ``on_error="skip"`` that skipped every record, or more than the fraction
+    allowed: the skip list is written, the scores file is not."""

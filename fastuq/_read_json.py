@@ -27,6 +27,12 @@ DEFAULT_SAMPLE = 1 << 24  # bytes of the head used to infer the schema
 _MAX_LINE = 1 << 28
 
 
+def cannot_read(path: str | os.PathLike, exc: BaseException, where: str = "") -> ValueError:
+    """One-line error for a file that cannot be read (truncated, corrupt compression)."""
+    hint = " (the file is cut short: copy or download it again)" if "runcat" in str(exc) else ""
+    return ValueError(f"{path}: {where}cannot read: {exc}{hint}")
+
+
 def _open(path: str | os.PathLike) -> pa.NativeFile:
     return pa.input_stream(str(path), compression="detect")
 
@@ -136,7 +142,10 @@ def infer_json_schema(path: str | os.PathLike, sample_bytes: int = DEFAULT_SAMPL
     Raises:
       ValueError: the sample does not parse, naming the file and the line.
     """
-    head = _head(path, sample_bytes)
+    try:
+        head = _head(path, sample_bytes)
+    except OSError as exc:
+        raise cannot_read(path, exc) from None
     if not head.strip():
         return pa.schema([])
     if head.lstrip()[:1] == b"[":
@@ -217,7 +226,10 @@ def iter_json_batches(
     rows = 0
 
     def fail(exc: Exception) -> ValueError:
-        where = _locate(path, rows, parse_options, 2 * block_size + (1 << 20), exc)
+        try:
+            where = _locate(path, rows, parse_options, 2 * block_size + (1 << 20), exc)
+        except OSError as err:  # the bad block is where the file breaks off
+            return cannot_read(path, err, f"after row {rows}: ")
         if where is None:
             return ValueError(f"{path}: after row {rows}: {exc}")
         no, row, problem = where
@@ -233,7 +245,7 @@ def iter_json_batches(
             return  # an empty file (or only blank lines): no rows
         raise fail(exc) from None
     except OSError as exc:
-        raise ValueError(f"{path}: cannot read: {exc}") from None
+        raise cannot_read(path, exc) from None
     while True:
         try:
             batch = reader.read_next_batch()
@@ -242,6 +254,6 @@ def iter_json_batches(
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
             raise fail(exc) from None
         except OSError as exc:
-            raise ValueError(f"{path}: after row {rows}: cannot read: {exc}") from None
+            raise cannot_read(path, exc, f"after row {rows}: ") from None
         rows += batch.num_rows
         yield batch

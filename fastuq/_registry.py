@@ -159,3 +159,39 @@ def get_estimator(name: str) -> Estimator:
         raise ValueError(
             f"unknown estimator {name!r}; known: {', '.join(sorted(ESTIMATORS))}"
         ) from None
+
+
+def takers(param: str) -> list[str]:
+    """Estimators that take the parameter ``param``, in registry order."""
+    return [name for name, est in ESTIMATORS.items() if param in est.params]
+
+
+def check_params(params: Mapping[str, object], methods=None) -> None:
+    """Refuse estimator parameters that would be ignored.
+
+    Args:
+      params: parameter name -> value (``None`` values are not given and not checked).
+      methods: the estimators that will run (``None``: not known yet, only names are checked).
+
+    Raises:
+      TypeError: a name no estimator takes (naming it, a close match, and the known ones).
+      ValueError: a parameter none of ``methods`` takes (naming the estimators that do).
+    """
+    import difflib
+
+    known = sorted({p for est in ESTIMATORS.values() for p in est.params})
+    for name, value in params.items():
+        if value is None:
+            continue
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            listing = "; ".join(f"{p} ({', '.join(takers(p))})" for p in known)
+            raise TypeError(f"unknown estimator parameter {name!r}{hint}; known: {listing}")
+        if methods is not None and not any(name in ESTIMATORS[m].params for m in methods
+                                           if m in ESTIMATORS):
+            raise ValueError(
+                f"parameter {name!r} would be ignored: it is taken by "
+                f"{', '.join(takers(name))}, none of which is among the methods "
+                f"({', '.join(methods) or 'none'})"
+            )

@@ -14,9 +14,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ._batch import Batch
-from ._errors import RecordError
-from ._io import AtomicParquetWriter
-from ._registry import ESTIMATORS, get_estimator
+from ._errors import RecordError, TooManySkipped
+from ._io import AtomicParquetWriter, atomic_write_text, check_outputs
+from ._registry import ESTIMATORS, check_params, get_estimator
 
 __all__ = ["ScoreReport", "available_methods", "iter_scores", "score", "score_file"]
 
@@ -37,6 +37,7 @@ class ScoreReport:
     protocol: np.ndarray | None = field(default=None, repr=False)
     skipped: list = field(default_factory=list, repr=False)
     skipped_path: str | None = None
+    left_out: dict[str, str] = field(default_factory=dict)
 
 
 def available_methods(batch: Batch) -> tuple[str, ...]:
@@ -62,14 +63,29 @@ _FALLBACKS = {
     "token_entropy": ("topk_logprobs",),
     "node_entropy": ("topk_logprobs", "n_agents"),
 }
-#: Columns read whenever the corpus has them.
-_ALWAYS = ("question_id", "protocol", "correct")
+#: Columns read whenever the corpus has them: labels and groups, and (so that validation does
+#: not depend on the methods) the per-round signals and the team size, which every record's
+#: round structure is checked against. The node columns are read (and checked) when a method
+#: needs them: reading them all would cost 2-4x the reading time of a SAUCE run.
+_ALWAYS = ("question_id", "protocol", "correct", "agreement", "token_entropy", "n_agents")
 
 
 def _method_list(methods: str | Sequence[str]) -> list[str]:
-    if isinstance(methods, str):
-        return [m.strip() for m in methods.split(",") if m.strip()]
-    return list(methods)
+    """Estimator names, checked: none empty, none twice, each registered (or ``["all"]``)."""
+    items = ([m.strip() for m in methods.split(",")] if isinstance(methods, str)
+             else [str(m).strip() for m in methods])
+    if not items or any(not m for m in items):
+        raise ValueError(f"no estimator named in methods {methods!r} (an empty name); give "
+                         f"names, comma-separated, or 'all'")
+    twice = sorted({m for m in items if items.count(m) > 1})
+    if twice:
+        raise ValueError(f"estimator {twice[0]!r} is named twice in methods {methods!r}")
+    if "all" in items and len(items) > 1:
+        raise ValueError(f"'all' cannot be combined with other names in methods {methods!r}")
+    for m in items:
+        if m != "all":
+            get_estimator(m)
+    return items
 
 
 def _available_columns(source) -> set[str] | None:
@@ -125,6 +141,23 @@ def _columns_for(
     return sorted(cols)
 
 
+_NEEDS = {"round_mask": "agreement", "node_mask": "seq_logprob",
+          "node_entropy": "topk_logprobs (or node_entropy)",
+          "agreement": "agreement (or answers)",
+          "token_entropy": "token_entropy (or topk_logprobs, or --observation-noise)"}
+
+
+def left_out_methods(batch: Batch) -> dict[str, str]:
+    """Registered estimators whose inputs ``batch`` lacks: name -> why (``needs X``)."""
+    out = {}
+    for name, est in ESTIMATORS.items():
+        missing = [i for i in est.inputs if not batch.has(i)]
+        if missing:
+            cols = dict.fromkeys(_NEEDS.get(i, i) for i in missing)
+            out[name] = f"needs {', '.join(cols)}"
+    return out
+
+
 def _resolve_methods(methods: str | Sequence[str], batch: Batch) -> tuple[str, ...]:
     methods = _method_list(methods)
     if methods == ["all"]:
@@ -145,35 +178,130 @@ def _resolve_methods(methods: str | Sequence[str], batch: Batch) -> tuple[str, .
 
 
 class _SeenIds:
-    """Trajectory ids seen so far, as one sorted array of 64-bit hashes (8 bytes an id, so a
-    10-million-trajectory corpus costs 80 MB): finds an id that repeats an earlier chunk's.
-    Two different ids share a hash with probability about N**2 / 2**65 (3e-6 at N = 1e7);
-    such a pair would be reported as a duplicate."""
+    """Trajectory ids seen so far, to find an id that repeats an earlier chunk's, exactly.
+
+    Memory: one sorted array of 64-bit hashes and, beside it, each hash's corpus row (uint32
+    while the corpus has fewer than 2**32 rows): 12 bytes per trajectory, up to about 25
+    during the per-chunk merge. The ids themselves are spilled to a temporary file (their
+    UTF-8 bytes and end offsets, written once per chunk and read only on a hash match), so a
+    match is verified against the stored id: two different ids that share a hash (probability
+    about N**2 / 2**65) are not mistaken for a duplicate, and a duplicate names the row of
+    its first occurrence.
+    """
 
     def __init__(self) -> None:
-        self._seen = np.empty(0, np.uint64)
-        self._pending: np.ndarray | None = None  # sorted hashes of the last chunk checked
+        self._hashes = np.empty(0, np.uint64)
+        self._rows = np.empty(0, np.uint32)
+        self._pending: tuple[np.ndarray, np.ndarray] | None = None
+        self._chunks: list[tuple[int, str, int]] = []  # (first corpus row, source, its row)
+        self._data = self._offsets = None
+        self._nbytes = 0
+        self._count = 0
 
-    def first_repeat(self, ids: pa.Array) -> int | None:
-        """Index in ``ids`` of the first id seen in an earlier chunk, or ``None``. The
-        chunk's ids are not recorded until :meth:`add` (which reuses this call's hashes)."""
+    def _spill(self) -> None:
+        import tempfile
+
+        self._data = tempfile.TemporaryFile(prefix="fastuq-ids-")
+        self._offsets = tempfile.TemporaryFile(prefix="fastuq-ids-")
+
+    def close(self) -> None:
+        for f in (self._data, self._offsets):
+            if f is not None:
+                f.close()
+        self._data = self._offsets = None
+
+    def where(self, row: int) -> str:
+        """``SOURCE row R`` of corpus row ``row``."""
+        import bisect
+
+        k = bisect.bisect_right([c[0] for c in self._chunks], row) - 1
+        start, source, row0 = self._chunks[k]
+        return f"{source} row {row0 + row - start}"
+
+    def _stored_id(self, row: int) -> str:
+        self._offsets.seek(8 * row)
+        end = int(np.frombuffer(self._offsets.read(8), np.int64)[0])
+        start = 0
+        if row:
+            self._offsets.seek(8 * (row - 1))
+            start = int(np.frombuffer(self._offsets.read(8), np.int64)[0])
+        self._data.seek(start)
+        return self._data.read(end - start).decode("utf-8")
+
+    def repeats(self, ids: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """``(repeat [n] bool, first [n] int64)``: which ids (non-null) were seen in an
+        earlier chunk, and the corpus row of each one's first occurrence (-1 elsewhere).
+        The hashes are kept for :meth:`add`."""
+        n = len(ids)
         h = self._hash(ids)
-        order = np.argsort(h)
-        self._pending = h[order]
-        if not len(self._seen) or not len(ids):
-            return None
-        pos = np.searchsorted(self._seen, self._pending)  # sorted queries: cache-friendly
-        hit = self._seen[np.minimum(pos, len(self._seen) - 1)] == self._pending
-        return int(order[hit].min()) if hit.any() else None
+        order = np.argsort(h, kind="stable")
+        self._pending = (h, order)
+        repeat = np.zeros(n, bool)
+        first = np.full(n, -1, np.int64)
+        if not len(self._hashes) or not n:
+            return repeat, first
+        hs = h[order]
+        lo = np.searchsorted(self._hashes, hs, side="left")
+        hit = self._hashes[np.minimum(lo, len(self._hashes) - 1)] == hs
+        if not hit.any():
+            return repeat, first
+        hi = np.searchsorted(self._hashes, hs[hit], side="right")
+        valid = ids.is_valid().to_numpy(zero_copy_only=False)
+        for k, a, b in zip(order[hit].tolist(), lo[hit].tolist(), hi.tolist(), strict=True):
+            if not valid[k]:
+                continue
+            text = ids[k].as_py()
+            for row in sorted(int(r) for r in self._rows[a:b]):  # verify: hashes may collide
+                if self._stored_id(row) == text:
+                    repeat[k], first[k] = True, row
+                    break
+        return repeat, first
 
-    def add(self, ids: pa.Array) -> None:
-        """Record ``ids`` (the chunk last passed to :meth:`first_repeat`)."""
-        new = self._pending
-        if new is None or len(new) != len(ids):
-            new = np.sort(self._hash(ids))
+    def add(self, ids: pa.Array, row0: int, source: str, source_row0: int) -> None:
+        """Record ``ids`` (corpus rows ``row0, row0 + 1, ...``; null ids are not kept);
+        reuses the hashes of the last :meth:`repeats` call on the same ids."""
+        n = len(ids)
+        if self._pending is not None and len(self._pending[0]) == n:
+            h, order = self._pending
+        else:
+            h = self._hash(ids)
+            order = np.argsort(h, kind="stable")
         self._pending = None
-        merged = np.concatenate([self._seen, new])
-        self._seen = np.sort(merged, kind="stable")  # two sorted runs: a linear merge
+        if not n:
+            return
+        self._chunks.append((row0, source, source_row0))
+        valid = ids.is_valid().to_numpy(zero_copy_only=False)
+        order = order[valid[order]]
+        new_h = h[order]
+        new_rows = order.astype(np.int64) + row0
+        if self._data is None:
+            self._spill()
+        # spill the ids (UTF-8 bytes + end offsets, one per corpus row, nulls as empty)
+        text = ids.cast(pa.large_string())
+        offs = np.frombuffer(text.buffers()[1], np.int64)[text.offset: text.offset + n + 1]
+        data = text.buffers()[2]
+        if data is not None and offs[-1] > offs[0]:
+            self._data.seek(0, 2)
+            self._data.write(memoryview(data)[int(offs[0]):int(offs[-1])])
+        self._offsets.seek(0, 2)
+        self._offsets.write((offs[1:] - offs[0] + self._nbytes).astype(np.int64).tobytes())
+        self._nbytes += int(offs[-1] - offs[0])
+        self._count += n
+        # linear merge of two sorted runs (no argsort of the whole)
+        if row0 + n > np.iinfo(np.uint32).max and self._rows.dtype != np.int64:
+            self._rows = self._rows.astype(np.int64)
+        pos = np.searchsorted(self._hashes, new_h, side="right") + np.arange(len(new_h))
+        total = len(self._hashes) + len(new_h)
+        take_old = np.ones(total, bool)
+        take_old[pos] = False
+        hashes = np.empty(total, np.uint64)
+        hashes[take_old] = self._hashes
+        hashes[pos] = new_h
+        self._hashes = hashes
+        rows = np.empty(total, self._rows.dtype)
+        rows[take_old] = self._rows
+        rows[pos] = new_rows
+        self._rows = rows
 
     @staticmethod
     def _hash(ids: pa.Array) -> np.ndarray:
@@ -244,24 +372,12 @@ class Skipped:
 
 def _score_table(
     table: pa.Table, chunk, rows: np.ndarray, resolved: tuple[str, ...] | None, *,
-    methods, protocol, params, dtype, backend, observation_noise, check: bool,
-    seen: _SeenIds | None, math: bool = False, processes: int | None = None,
+    methods, protocol, params, dtype, backend, observation_noise, math: bool = False,
+    processes: int | None = None, info: dict | None = None,
 ) -> tuple[Batch, tuple[str, ...], dict[str, np.ndarray]]:
-    if check:
-        from .schema import validate
-
-        validate(table, source=chunk.source, row0=chunk.source_row0)
-    if seen is not None:
-        k = seen.first_repeat(table.column("trajectory_id").combine_chunks())
-        if k is not None:
-            tid = table.column("trajectory_id")[k].as_py()
-            raise RecordError(f"{chunk.source}: row {int(rows[k])}: field trajectory_id: "
-                              f"duplicate id {tid!r} (first seen in an earlier chunk)", row=k)
-    batch = Batch(table, source=chunk.source, row0=chunk.source_row0, rows=rows,
-                  dtype=np.dtype(dtype), observation_noise=observation_noise, math=math,
-                  processes=processes)
-    if resolved is None:
-        resolved = _resolve_methods(methods, batch)
+    batch = _make_batch(table, chunk, rows, dtype=dtype, observation_noise=observation_noise,
+                        math=math, processes=processes)
+    resolved = _resolve_once(resolved, methods, batch, params, observation_noise, info)
     scores = {}
     for m in resolved:
         est = get_estimator(m)
@@ -270,6 +386,101 @@ def _score_table(
             est.run(batch, params=own, protocol=protocol, backend=backend), np.float64
         )
     return batch, resolved, scores
+
+
+def _make_batch(table, chunk, rows, *, dtype, observation_noise, math, processes) -> Batch:
+    return Batch(table, source=chunk.source, row0=chunk.source_row0, rows=rows,
+                 dtype=np.dtype(dtype), observation_noise=observation_noise, math=math,
+                 processes=processes)
+
+
+def _resolve_once(resolved, methods, batch: Batch, params, observation_noise,
+                  info: dict | None) -> tuple[str, ...]:
+    """The methods to run (resolved on the first chunk), with the checks of options that
+    would otherwise be ignored: parameters no method takes, and an observation noise on a
+    corpus that has token entropy (or for methods that do not read it)."""
+    if resolved is None:
+        resolved = _resolve_methods(methods, batch)
+        if _method_list(methods) == ["all"]:
+            check_params(params, resolved)
+            if info is not None:
+                info["left_out"] = left_out_methods(batch)
+        if observation_noise is not None:
+            readers = [m for m in resolved if "token_entropy" in get_estimator(m).inputs]
+            if not readers:
+                raise ValueError(
+                    f"observation noise would be ignored: it stands in for token entropy, "
+                    f"which none of the methods ({', '.join(resolved)}) reads")
+    if observation_noise is not None and (batch._present("token_entropy")
+                                          or batch._present("topk_logprobs")):
+        have = "token_entropy" if batch._present("token_entropy") else "topk_logprobs"
+        raise ValueError(
+            f"{batch.source or 'corpus'}: the corpus has {have}, so the observation noise "
+            f"(--observation-noise) would be ignored: drop it")
+    return resolved
+
+
+def _drop(table: pa.Table, rows: np.ndarray, bad: np.ndarray) -> tuple[pa.Table, np.ndarray]:
+    if not bad.any():
+        return table, rows
+    return table.filter(pa.array(~bad)), rows[~bad]
+
+
+def _structural_problems(chunk, seen: _SeenIds):
+    """Conform and check one chunk, collecting every bad row (run on the prefetch thread,
+    so that it overlaps scoring the previous chunk): ``(chunk, table, problems)``."""
+    from .schema import Problems, conform, validate
+
+    table = chunk.table
+    source = chunk.source
+    rows = np.arange(chunk.source_row0, chunk.source_row0 + table.num_rows)
+    if "trajectory_id" not in table.column_names:
+        validate(table, source=source, row0=chunk.source_row0)  # raises: no id column
+    problems = Problems(table, source, rows=rows, first_only=False)
+    table = conform(table, source=source, problems=problems)
+    problems.table = table
+    ids = table.column("trajectory_id").combine_chunks()
+    repeat, first = seen.repeats(ids)  # before the in-chunk check: name the first occurrence
+    if repeat.any():
+        problems.add(repeat, "trajectory_id",
+                     lambda i: f"duplicate id (first at {seen.where(int(first[i]))})")
+    validate(table, source=source, problems=problems)
+    seen.add(ids, chunk.row0, source, chunk.source_row0)
+    return chunk, table, problems
+
+
+def _skip_bad_rows(
+    chunk, table: pa.Table, problems, resolved, skipped: list, *,
+    methods, protocol, params, dtype, observation_noise, math, processes, info,
+) -> tuple[pa.Table, np.ndarray, tuple[str, ...]]:
+    """Every bad row of the chunk at once (vectorized checks, on top of the structural ones
+    in ``problems``), appended to ``skipped``; returns the chunk without them, the source
+    rows of what is left, and the methods."""
+    from ._skip import input_problems
+
+    source = chunk.source
+    rows = problems.rows
+    if table.num_rows:
+        batch = _make_batch(table, chunk, rows, dtype=dtype,
+                            observation_noise=observation_noise, math=math,
+                            processes=processes)
+        resolved = _resolve_once(resolved, methods, batch, params, observation_noise, info)
+        inputs = {i for m in resolved for i in get_estimator(m).inputs}
+        input_problems(
+            table, problems, inputs=inputs, protocol=protocol,
+            params={p: params.get(p) for p in get_estimator("sauce").params},
+            presets=get_estimator("sauce").presets if "sauce" in resolved else None,
+            confidence=params.get("confidence"),
+        )
+    if problems.bad:
+        idx = sorted(problems.bad)
+        tids = table.column("trajectory_id").combine_chunks().take(
+            pa.array(idx, pa.int64())).to_pylist()
+        for i, tid in zip(idx, tids, strict=True):
+            skipped.append(Skipped(source, int(rows[i]), None if tid is None else str(tid),
+                                   problems.bad[i]))
+        table, rows = _drop(table, rows, problems.mask(table.num_rows))
+    return table, rows, resolved
 
 
 def iter_scores(
@@ -286,6 +497,7 @@ def iter_scores(
     skipped: list[Skipped] | None = None,
     math: bool = False,
     processes: int | None = None,
+    info: dict | None = None,
 ) -> Iterator[tuple[Batch, dict[str, np.ndarray]]]:
     """Score ``source`` chunk by chunk: yields ``(batch, {method: scores [n]})`` in order.
 
@@ -294,14 +506,20 @@ def iter_scores(
         of files, a pyarrow Table, a Polars frame, a Hugging Face dataset).
       methods: estimator names, or ``"all"``: every estimator whose inputs the corpus has.
       params: estimator parameters by name (``lam``, ``q``, ``confidence``, ...); each
-        estimator takes the ones it declares.
+        estimator takes the ones it declares. A name no estimator takes is a TypeError; a
+        parameter none of the methods takes is a ValueError (both name the estimators that
+        do take it).
       on_error: ``"raise"`` (default): the first bad record stops the run with a ValueError
         naming the source, row, trajectory and field. ``"skip"``: bad records are left out
         and appended to ``skipped`` (a caller-owned list) with their reason; every other
-        record is scored. Lines that are not valid JSON still stop the run.
+        record is scored. Each chunk is checked once, vectorized, and every bad row of it
+        dropped at once, so skipping costs time linear in the input. Lines that are not
+        valid JSON still stop the run.
       math, processes: when agreement is built from parsed answers, also count answers that
         math-verify proves equivalent as one vote (checked once per distinct pair that meets
         in a round, over ``processes`` workers).
+      info: a caller-owned dict; with ``methods="all"``, ``info["left_out"]`` is set to the
+        estimators left out and why (``{name: "needs seq_logprob"}``).
     """
     from .readers import iter_chunks
 
@@ -313,44 +531,64 @@ def iter_scores(
         np.isfinite(observation_noise) and observation_noise >= 0
     ):
         raise ValueError(f"observation noise must be finite and >= 0, got {observation_noise}")
+    names = _method_list(methods)
     params = {k: v for k, v in (params or {}).items() if v is not None}
+    check_params(params, None if names == ["all"] else names)
     columns = _columns_for(methods, params, source)
+    skip = on_error == "skip"
     if columns is None:
-        reader = iter_chunks(source, chunk_rows=chunk_rows, validate=on_error == "raise")
+        reader = iter_chunks(source, chunk_rows=chunk_rows, validate=not skip,
+                             conform=not skip)
     else:
         reader = iter_chunks(source, columns=[], optional_columns=columns,
-                             chunk_rows=chunk_rows, validate=on_error == "raise")
+                             chunk_rows=chunk_rows, validate=not skip, conform=not skip)
     resolved: tuple[str, ...] | None = None
     seen = _SeenIds()
-    kw = dict(methods=methods, protocol=protocol, params=params, dtype=dtype, backend=backend,
-              observation_noise=observation_noise, seen=seen, math=math, processes=processes)
-    for chunk in _prefetch(reader):
-        table = chunk.table
-        rows = np.arange(chunk.source_row0, chunk.source_row0 + table.num_rows)
-        if on_error == "raise":
-            batch, resolved, scores = _score_table(table, chunk, rows, resolved, check=False,
-                                                   **kw)
-            seen.add(batch.ids)
-            yield batch, scores
-            continue
-        while table.num_rows:
-            try:
+    kw = dict(methods=methods, protocol=protocol, params=params, dtype=dtype,
+              observation_noise=observation_noise, math=math, processes=processes, info=info)
+    if skip:
+        reader = (_structural_problems(chunk, seen) for chunk in reader)
+    try:
+        for item in _prefetch(reader):
+            if skip:
+                chunk, table, problems = item
+            else:
+                chunk = item
+                table = chunk.table
+                rows = np.arange(chunk.source_row0, chunk.source_row0 + table.num_rows)
+            if not skip:
+                ids = table.column("trajectory_id").combine_chunks()
+                repeat, first = seen.repeats(ids)
+                if repeat.any():
+                    k = int(np.argmax(repeat))
+                    raise RecordError(
+                        f"{chunk.source}: row {int(rows[k])}: field trajectory_id: duplicate "
+                        f"id {ids[k].as_py()!r} (first at {seen.where(int(first[k]))})", row=k)
+                seen.add(ids, chunk.row0, chunk.source, chunk.source_row0)
                 batch, resolved, scores = _score_table(table, chunk, rows, resolved,
-                                                       check=True, **kw)
-            except RecordError as exc:
-                if exc.row is None:
-                    raise
-                tid = table.column("trajectory_id")[exc.row].as_py()
-                skipped.append(Skipped(chunk.source, int(rows[exc.row]),
-                                       None if tid is None else str(tid), str(exc)))
-                keep = np.ones(table.num_rows, bool)
-                keep[exc.row] = False
-                table = table.filter(pa.array(keep))
-                rows = rows[keep]
+                                                       backend=backend, **kw)
+                yield batch, scores
                 continue
-            seen.add(batch.ids)
-            yield batch, scores
-            break
+            table, rows, resolved = _skip_bad_rows(chunk, table, problems, resolved, skipped,
+                                                   **kw)
+            while table.num_rows:
+                try:
+                    batch, resolved, scores = _score_table(table, chunk, rows, resolved,
+                                                           backend=backend, **kw)
+                except RecordError as exc:  # a problem the vectorized checks did not foresee
+                    if exc.row is None:
+                        raise
+                    tid = table.column("trajectory_id")[exc.row].as_py()
+                    skipped.append(Skipped(chunk.source, int(rows[exc.row]),
+                                           None if tid is None else str(tid), str(exc)))
+                    keep = np.ones(table.num_rows, bool)
+                    keep[exc.row] = False
+                    table, rows = _drop(table, rows, ~keep)
+                    continue
+                yield batch, scores
+                break
+    finally:
+        seen.close()
 
 
 def score(
@@ -404,6 +642,7 @@ def score_file(
     processes: int | None = None,
     progress: Callable[[int, int | None], None] | None = None,
     keep_scores: bool = False,
+    max_skip_fraction: float | None = None,
 ) -> ScoreReport:
     """Score every trajectory of a corpus and write ``trajectory_id`` + one float64 column
     per estimator to Parquet, in input order, atomically (nothing appears at ``output`` on
@@ -424,16 +663,44 @@ def score_file(
       on_error: ``"raise"`` or ``"skip"`` (see :func:`iter_scores`). With ``"skip"`` the
         skipped records are written, one JSON object per line with ``source``, ``row``,
         ``trajectory_id`` and ``reason``, to ``skipped_path`` (default:
-        ``OUTPUT.skipped.jsonl``), and counted in the report.
+        ``OUTPUT.skipped.jsonl``), and counted in the report. A run that skips every
+        record, or more than ``max_skip_fraction`` of them, raises
+        :class:`~fastuq._errors.TooManySkipped` (a ValueError) after writing the skip list,
+        and writes no scores.
       math, processes: see :func:`iter_scores`.
       progress: called as ``progress(rows_done, rows_total_or_None)`` after each chunk.
       keep_scores: keep the score arrays (and labels) in the report, for summaries.
+      max_skip_fraction: with ``on_error="skip"``, the largest fraction of the records that
+        may be skipped (default: any but all).
+
+    Raises:
+      OutputError: (a ValueError) ``output`` or the skip list would replace an input (also
+        through a symlink, or inside an input folder whose files would be read), they name
+        the same file, a name contradicts its format, or the destination cannot be written;
+        found before anything is read.
     """
-    import json
 
     from .readers import count_rows
 
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    if skipped_path is not None and on_error != "skip":
+        raise ValueError("skipped_path (--skipped) is only written with on_error='skip' "
+                         "(--on-error skip)")
+    if max_skip_fraction is not None:
+        if on_error != "skip":
+            raise ValueError("max_skip_fraction (--max-skip-fraction) only applies with "
+                             "on_error='skip' (--on-error skip)")
+        if not 0 <= max_skip_fraction <= 1:
+            raise ValueError(f"max_skip_fraction must be in [0, 1], got {max_skip_fraction}")
     output = Path(output)
+    side = None
+    if on_error == "skip":
+        side = Path(skipped_path) if skipped_path else output.with_name(
+            output.name + ".skipped.jsonl")
+    paths = input if isinstance(input, (list, tuple)) else [input]
+    check_outputs([p for p in paths if isinstance(p, (str, os.PathLike))],
+                  [("output", output, "parquet"), ("skipped_path", side, "jsonl")])
     params = {"lam": lam, "q": q, "sigma2_0": sigma2_0, "mu_0": mu_0, "confidence": confidence}
     total = count_rows(input)
     report = ScoreReport(input=str(input), output=str(output))
@@ -441,6 +708,7 @@ def score_file(
     kept_correct: list[np.ndarray | None] = []
     kept_protocol: list[np.ndarray] = []
     skipped: list[Skipped] = []
+    info: dict = {}
     start = time.perf_counter()
     writer = None
     done = 0
@@ -448,7 +716,7 @@ def score_file(
         for batch, scores in iter_scores(
             input, methods=methods, protocol=protocol, params=params, dtype=dtype,
             backend=backend, chunk_rows=chunk_rows, observation_noise=observation_noise,
-            on_error=on_error, skipped=skipped, math=math, processes=processes,
+            on_error=on_error, skipped=skipped, math=math, processes=processes, info=info,
         ):
             if writer is None:
                 report.methods = tuple(scores)
@@ -476,25 +744,32 @@ def score_file(
             done = report.n_rows + len(skipped)
             if progress is not None:
                 progress(done, total)
+        n_in = report.n_rows + len(skipped)
+        too_many = None
+        if on_error == "skip" and skipped:
+            if not report.n_rows:
+                too_many = f"every record ({n_in:,}) was skipped"
+            elif max_skip_fraction is not None and len(skipped) > max_skip_fraction * n_in:
+                too_many = (f"{len(skipped):,} of {n_in:,} records ({len(skipped) / n_in:.2%}) "
+                            f"were skipped, more than max_skip_fraction = {max_skip_fraction}")
+        if side is not None:
+            atomic_write_text(side, _skip_lines(skipped))
+            report.skipped_path = str(side)
+        if too_many is not None:
+            raise TooManySkipped(f"{too_many}; no scores written; the skipped records and "
+                                 f"their reasons are listed in {side}")
         if writer is None:  # no record scored: still write the (empty) output
             names = [m for m in _method_list(methods) if m != "all"]
             report.methods = tuple(names)
             schema = pa.schema([("trajectory_id", pa.string())]
                                + [(m, pa.float64()) for m in names])
             writer = AtomicParquetWriter(output, schema)
+        writer.close()
     except BaseException:
         if writer is not None:
             writer.abort()
         raise
-    if on_error == "skip":
-        side = Path(skipped_path) if skipped_path else output.with_name(
-            output.name + ".skipped.jsonl")
-        lines = "".join(json.dumps(vars(k)) + "\n" for k in skipped)
-        tmp = side.with_name(f".{side.name}.tmp")
-        tmp.write_text(lines)
-        os.replace(tmp, side)
-        report.skipped_path = str(side)
-    writer.close()
+    report.left_out = info.get("left_out", {})
     report.skipped = skipped
     report.seconds = time.perf_counter() - start
     if keep_scores:
@@ -506,12 +781,30 @@ def score_file(
     return report
 
 
+def _skip_lines(skipped: list[Skipped]) -> str:
+    """The skip list as JSON Lines (``source``, ``row``, ``trajectory_id``, ``reason``),
+    encoded column-wise by Polars rather than one ``json.dumps`` per record."""
+    import polars as pl
+
+    if not skipped:
+        return ""
+    frame = pl.DataFrame({
+        "source": [k.source for k in skipped], "row": [k.row for k in skipped],
+        "trajectory_id": [k.trajectory_id for k in skipped],
+        "reason": [k.reason for k in skipped],
+    }, schema={"source": pl.String, "row": pl.Int64, "trajectory_id": pl.String,
+               "reason": pl.String})
+    return frame.write_ndjson()
+
+
 class ProgressBar:
     """A one-line progress bar on stderr (only drawn when stderr is a terminal or forced)."""
 
-    def __init__(self, enabled: bool | None = None, stream=sys.stderr) -> None:
-        self.stream = stream
-        self.enabled = stream.isatty() if enabled is None else enabled
+    def __init__(self, enabled: bool | None = None, stream=None,
+                 unit: str = "trajectories") -> None:
+        self.stream = sys.stderr if stream is None else stream
+        self.enabled = self.stream.isatty() if enabled is None else enabled
+        self.unit = unit
         self.start = time.perf_counter()
 
     def __call__(self, done: int, total: int | None) -> None:
@@ -520,9 +813,9 @@ class ProgressBar:
         rate = done / max(time.perf_counter() - self.start, 1e-9)
         if total:
             bar = "#" * int(30 * done / total)
-            line = f"\r[{bar:<30}] {done:,}/{total:,} trajectories {rate:,.0f}/s"
+            line = f"\r[{bar:<30}] {done:,}/{total:,} {self.unit} {rate:,.0f}/s"
         else:
-            line = f"\r{done:,} trajectories {rate:,.0f}/s"
+            line = f"\r{done:,} {self.unit} {rate:,.0f}/s"
         self.stream.write(line)
         self.stream.flush()
 

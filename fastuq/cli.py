@@ -13,7 +13,7 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["COMMANDS", "main", "sample_corpus_path"]
+__all__ = ["COMMANDS", "main", "positive_int", "sample_corpus_path"]
 
 #: Subcommands, in the order ``--help`` lists them, and their modules.
 COMMANDS: dict[str, str] = {
@@ -31,6 +31,29 @@ def sample_corpus_path() -> Path:
     return Path(str(resources.files("fastuq") / "data" / "sample.parquet"))
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (``--cpu-devices 0`` would silently mean one device,
+    ``--chunk-rows 0`` nothing per chunk)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def fraction(text: str) -> float:
+    """argparse type: a number in [0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser, every subcommand included."""
     parser = argparse.ArgumentParser(
@@ -46,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``fastuq`` command; returns the exit status."""
     args = build_parser().parse_args(argv)
+    from ._io import remove_temporaries_on_sigterm
+
+    remove_temporaries_on_sigterm()  # a killed run leaves no temporary file behind
     return importlib.import_module(COMMANDS[args.command]).run(args)
 
 

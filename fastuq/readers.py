@@ -355,6 +355,7 @@ def iter_chunks(
     schema: pa.Schema | None = None,
     sample_bytes: int = DEFAULT_SAMPLE,
     block_size: int = DEFAULT_BLOCK,
+    conform: bool = True,
 ) -> Iterator[Chunk]:
     """Read ``source`` as ``Chunk(row0, table, source, source_row0)``, in input order.
 
@@ -375,6 +376,9 @@ def iter_chunks(
         later, or a field that was null throughout the sample and holds values later, is an
         error naming the line (with ``columns=``, fields outside them are skipped).
       block_size: JSON Lines bytes parsed per block (a record must fit in one block).
+      conform: cast canonical columns to their canonical types (``False`` only with
+        ``validate=False``: for callers that conform and check each chunk themselves, e.g.
+        to collect every bad row of it).
 
     Raises:
       FileNotFoundError: no such path.
@@ -384,6 +388,8 @@ def iter_chunks(
     """
     if chunk_rows < 1:
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
+    if validate and not conform:
+        raise ValueError("validate=True needs conform=True")
     row0 = 0
     for part in _parts(source, schema, sample_bytes, block_size):
         sauce, src, wanted = _plan(part, columns, optional_columns)
@@ -391,7 +397,8 @@ def iter_chunks(
         for table in _rechunk(part.batches(src, chunk_rows), chunk_rows):
             if sauce:
                 table = sauce_to_canonical(table, source=part.name, row0=local)
-            table = _schema.conform(table, source=part.name, row0=local)
+            if conform:
+                table = _schema.conform(table, source=part.name, row0=local)
             if validate:
                 _schema.validate(table, source=part.name, row0=local)
             if wanted is not None:

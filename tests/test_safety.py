@@ -1,0 +1,405 @@
+"""Nothing destroyed, nothing silent: output paths, write failures, temporary files, truncated
+input, strict labels, options that would be ignored, and the strict Python API."""
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import fastuq
+from fastuq.cli import main
+
+DATA = Path(__file__).parent / "data"
+
+
+def _corpus(folder: Path, n: int = 40, name: str = "c.parquet", bad_row: int | None = None,
+            seed: int = 0) -> tuple[Path, dict]:
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 4, n)
+    cols = {
+        "trajectory_id": [f"t{k}" for k in range(n)],
+        "protocol": ["dylan" if k % 3 else "debate" for k in range(n)],
+        "agreement": [list(rng.integers(1, 5, t) / 4) for t in lengths],
+        "token_entropy": [list(rng.exponential(0.3, t)) for t in lengths],
+        "correct": list(rng.random(n) < 0.6),
+    }
+    if bad_row is not None:
+        cols["agreement"][bad_row][0] = 1.5
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    pq.write_table(pa.table(cols), path)
+    return path, cols
+
+
+def _one_error_line(err: str, prog: str = "fastuq score") -> str:
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"{prog}: error: ") and "Traceback" not in err
+    return lines[0]
+
+
+def _listing(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.rglob("*"))
+
+
+# --- 1. an output that resolves to an input is refused before any work ------------------------
+
+
+@pytest.mark.parametrize("how", ["same", "relative", "symlink", "skipped", "inside_folder",
+                                 "skipped_is_output"])
+def test_output_resolving_to_an_input_is_refused_and_the_input_kept(tmp_path, monkeypatch,
+                                                                     capsys, how):
+    corpus, _ = _corpus(tmp_path / "data")
+    before = corpus.read_bytes()
+    monkeypatch.chdir(tmp_path)
+    src, out, extra = str(corpus), str(tmp_path / "s.parquet"), []
+    if how == "same":
+        out = str(corpus)
+    elif how == "relative":
+        out = "data/../data/c.parquet"
+    elif how == "symlink":
+        (tmp_path / "link.parquet").symlink_to(corpus)
+        out = "link.parquet"
+    elif how == "skipped":
+        extra = ["--on-error", "skip", "--skipped", str(corpus)]
+    elif how == "inside_folder":  # the folder is the input: a new Parquet file there is read
+        src, out = str(tmp_path / "data"), str(tmp_path / "data" / "scores.parquet")
+    else:
+        extra = ["--on-error", "skip", "--skipped", out]
+    assert main(["score", src, "-o", out, *extra]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "cannot write" in line
+    assert corpus.read_bytes() == before
+    assert _listing(tmp_path / "data") == ["c.parquet"]
+
+
+def test_sweep_import_and_eval_refuse_to_overwrite_inputs(tmp_path, capsys):
+    corpus, _ = _corpus(tmp_path)
+    before = corpus.read_bytes()
+    assert main(["sweep", str(corpus), "--lam", "0.5,0.9", "-o", str(corpus)]) == 2
+    _one_error_line(capsys.readouterr().err, "fastuq sweep")
+    assert main(["eval", str(corpus), "--json", str(corpus)]) == 2
+    _one_error_line(capsys.readouterr().err, "fastuq eval")
+    scores = tmp_path / "scores.json"
+    scores.write_text("{}")
+    assert main(["eval", str(corpus), "--scores", str(scores), "--json", str(scores)]) == 2
+    assert "it is the input" in _one_error_line(capsys.readouterr().err, "fastuq eval")
+    assert scores.read_text() == "{}" and corpus.read_bytes() == before
+    log = tmp_path / "logs" / "du.json"
+    log.parent.mkdir()
+    log.write_bytes((DATA / "du_debate.json").read_bytes())
+    log_before = log.read_bytes()
+    assert main(["import", "du", str(log.parent), "-o", str(log)]) == 2
+    _one_error_line(capsys.readouterr().err, "fastuq import")
+    assert log.read_bytes() == log_before
+
+
+@pytest.mark.parametrize("argv_out, kind", [
+    (["-o", "out.csv"], "Parquet"), (["-o", "out.json"], "Parquet"),
+    (["-o", "s.parquet", "--on-error", "skip", "--skipped", "bad.parquet"], "JSON Lines"),
+])
+def test_output_name_contradicting_its_format_is_refused(tmp_path, capsys, argv_out, kind):
+    corpus, _ = _corpus(tmp_path)
+    argv = ["score", str(corpus)] + [str(tmp_path / a) if a.endswith(("csv", "json", "parquet"))
+                                     else a for a in argv_out]
+    assert main(argv) == 2
+    assert f"writes {kind}" in _one_error_line(capsys.readouterr().err)
+    assert _listing(tmp_path) == ["c.parquet"]
+
+
+def test_eval_json_name_must_say_json(tmp_path, capsys):
+    corpus, _ = _corpus(tmp_path)
+    assert main(["eval", str(corpus), "--json", str(tmp_path / "eval.parquet")]) == 2
+    assert "writes JSON" in _one_error_line(capsys.readouterr().err, "fastuq eval")
+
+
+# --- 2. output problems are found before the corpus is read ------------------------------------
+
+
+def _unwritable_cases(tmp_path: Path) -> list[tuple[str, str]]:
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "afolder").mkdir()
+    cases = [(str(tmp_path / "afolder"), "is a folder"),
+             (str(tmp_path / "afile" / "s.parquet"), "is not a folder")]
+    if Path("/proc/self").exists():  # a file system no file can be created in, as root too
+        cases.append(("/proc/fastuq-test.parquet", "cannot create a file in /proc"))
+    return cases
+
+
+def test_unwritable_outputs_fail_before_reading_with_one_line(tmp_path, capsys):
+    # The corpus has a bad record at row 3: an output problem must be reported first.
+    corpus, _ = _corpus(tmp_path / "in", bad_row=3)
+    for out, reason in _unwritable_cases(tmp_path):
+        assert main(["score", str(corpus), "-o", out]) == 2, out
+        line = _one_error_line(capsys.readouterr().err)
+        assert line == f"fastuq score: error: cannot write {out}: {line.split(': ', 3)[3]}"
+        assert reason in line and "row 3" not in line
+    assert not any(p.name.endswith(".tmp") for p in tmp_path.rglob("*"))
+    assert not any(p.name.startswith(".fastuq-probe") for p in tmp_path.rglob(".*"))
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_read_only_folder_fails_before_reading(tmp_path, capsys):
+    corpus, _ = _corpus(tmp_path / "in", bad_row=3)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        assert main(["score", str(corpus), "-o", str(ro / "s.parquet")]) == 2
+        assert "Permission denied" in _one_error_line(capsys.readouterr().err)
+    finally:
+        ro.chmod(0o755)
+
+
+def test_other_commands_check_their_outputs_first(tmp_path, capsys):
+    corpus, _ = _corpus(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    bad = str(tmp_path / "afile" / "x.parquet")
+    assert main(["sweep", str(corpus), "--lam", "0.5", "-o", bad]) == 2
+    assert "is not a folder" in _one_error_line(capsys.readouterr().err, "fastuq sweep")
+    assert main(["eval", str(corpus), "--plots", str(tmp_path / "afile")]) == 2
+    assert "a file is in the way" in _one_error_line(capsys.readouterr().err, "fastuq eval")
+
+
+def test_temporary_file_removed_when_writing_fails(tmp_path):
+    from fastuq._io import AtomicParquetWriter
+
+    schema = pa.schema([("x", pa.int64())])
+    with pytest.raises(ValueError, match="schema does not match"):
+        with AtomicParquetWriter(tmp_path / "o.parquet", schema) as w:
+            w.write(pa.table({"y": ["wrong schema"]}))
+    assert _listing(tmp_path) == []
+
+
+def test_sigterm_mid_run_leaves_nothing_behind(tmp_path):
+    from fastuq.synth import corpus, write
+
+    src = tmp_path / "in" / "big.parquet"
+    src.parent.mkdir()
+    write(corpus(60_000, protocol="mixed", seed=3, topk=0), src)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fastuq", "score", str(src), "-o", str(out_dir / "s.parquet"),
+         "--chunk-rows", "1024", "--backend", "numpy", "--method", "sauce,mean_agreement",
+         "--cpu-devices", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
+    )
+    deadline = time.monotonic() + 120
+    while not any(p.name.startswith(".s.parquet.") for p in out_dir.iterdir()):  # mid-run
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert b"Traceback" not in err
+    assert list(out_dir.iterdir()) == []
+
+
+@pytest.mark.parametrize("cut", [7, 60, 0.3, 0.5, 0.8, -30, -5])
+def test_truncated_jsonl_gz_gives_one_line(tmp_path, capsys, cut):
+    rng = np.random.default_rng(0)
+    records = [{"trajectory_id": f"t{k}", "protocol": "debate",
+                "agreement": [1.0, 0.5], "token_entropy": list(rng.random(2))}
+               for k in range(3000)]
+    raw = gzip.compress("".join(json.dumps(r) + "\n" for r in records).encode())
+    at = int(cut * len(raw)) if isinstance(cut, float) else cut
+    path = tmp_path / "cut.jsonl.gz"
+    path.write_bytes(raw[:at])
+    assert main(["score", str(path), "-o", str(tmp_path / "s.parquet")]) == 1
+    assert "cut.jsonl.gz" in _one_error_line(capsys.readouterr().err)
+    assert _listing(tmp_path) == ["cut.jsonl.gz"]
+
+
+@pytest.mark.parametrize("frac", [0.3, 0.6, 0.95])
+def test_truncated_jsonl_gz_past_the_schema_sample_gives_a_value_error(tmp_path, frac):
+    from fastuq.readers import read_corpus
+
+    records = [{"trajectory_id": f"t{k}", "agreement": [1.0]} for k in range(20_000)]
+    raw = gzip.compress("".join(json.dumps(r) + "\n" for r in records).encode())
+    path = tmp_path / "cut.jsonl.gz"
+    path.write_bytes(raw[: int(frac * len(raw))])
+    with pytest.raises(ValueError, match=r"cut\.jsonl\.gz: .*cannot read"):
+        for _ in read_corpus(path, sample_bytes=1 << 12, block_size=1 << 14):
+            pass
+
+
+# --- 3. labels and counts are checked, not coerced ------------------------------------------
+
+
+@pytest.mark.parametrize("values, ok", [
+    ([True, False, None], True), ([1, 0, 1], True), ([1.0, 0.0, None], True),
+    ([1.0, 0.5, 0.0], False), ([2, 0, 1], False), (["true", "false", "1"], False),
+])
+def test_correct_must_be_bool_or_zero_one(values, ok):
+    from fastuq.schema import conform
+
+    t = pa.table({"trajectory_id": ["a", "b", "c"], "correct": values})
+    if ok:
+        got = conform(t)["correct"].to_pylist()
+        assert got == [None if v is None else bool(v) for v in values]
+    else:
+        bad = next(i for i, v in enumerate(values) if v not in (0, 1, True, False, None)
+                   or isinstance(v, str))
+        with pytest.raises(ValueError, match=rf"row {bad} .*field correct: must be true/false "
+                                             r"or 0/1"):
+            conform(t)
+
+
+@pytest.mark.parametrize("values, ok", [
+    ([3, 2], True), ([3.0, 2.0], True), ([3.0, 2.5], False), ([True, True], False),
+    (["3", "2"], False),
+])
+def test_n_agents_must_be_an_integer(values, ok):
+    from fastuq.schema import conform
+
+    t = pa.table({"trajectory_id": ["a", "b"], "n_agents": values})
+    if ok:
+        assert conform(t)["n_agents"].to_pylist() == [int(v) for v in values]
+    else:
+        with pytest.raises(ValueError, match=r"field n_agents: must be an integer"):
+            conform(t)
+
+
+def test_fractional_label_in_jsonl_is_an_error_not_a_correct_answer(tmp_path, capsys):
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(json.dumps({
+        "trajectory_id": f"t{k}", "protocol": "debate", "agreement": [1.0],
+        "token_entropy": [0.1], "correct": [1, 0, 0.5][k]}) + "\n" for k in range(3)))
+    assert main(["eval", str(path)]) == 2
+    assert "row 2" in _one_error_line(capsys.readouterr().err, "fastuq eval")
+
+
+@pytest.mark.parametrize("method", ["umas", "msp_final", "umas_fix,mean_agreement"])
+def test_round_count_mismatch_is_an_error_under_every_method(tmp_path, capsys, method):
+    cols = {
+        "trajectory_id": ["a", "b"], "protocol": ["debate", "debate"], "n_agents": [2, 2],
+        "agreement": [[1.0, 0.5, 1.0], [1.0]], "token_entropy": [[0.1, 0.2, 0.1], [0.3]],
+        "seq_logprob": [[[-1.0, -2.0]], [[-1.0, -1.5]]],  # 'a' has one round, not three
+    }
+    path = tmp_path / "c.parquet"
+    pq.write_table(pa.table(cols), path)
+    assert main(["score", str(path), "-o", str(tmp_path / "s.parquet"), "--method",
+                 method]) == 1
+    line = _one_error_line(capsys.readouterr().err)
+    assert "row 0" in line and "field seq_logprob: 1 rounds, but" in line
+    assert not (tmp_path / "s.parquet").exists()
+
+
+def test_round_mismatch_message_names_the_short_field():
+    from fastuq.schema import validate
+
+    t = pa.table({"trajectory_id": ["a"], "answers": [[["1"]]],
+                  "seq_logprob": [[[-1.0], [-2.0]]]})
+    with pytest.raises(ValueError, match=r"field answers: 1 rounds, but seq_logprob has 2"):
+        validate(t)
+
+
+# --- 5. options that would be ignored are errors --------------------------------------------
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--observation-noise", "0.2"], "would be ignored"),
+    (["--method", ""], "empty name"),
+    (["--method", "sauce,sauce"], "named twice"),
+    (["--method", "sauce,"], "empty name"),
+    (["--skipped", "x.jsonl"], "--skipped only applies with --on-error skip"),
+    (["--max-skip-fraction", "0.1"], "only applies with --on-error skip"),
+    (["--method", "mean_agreement", "--lam", "0.5"], "taken by sauce"),
+])
+def test_ignored_options_are_errors(tmp_path, capsys, extra, needle):
+    corpus, _ = _corpus(tmp_path)
+    extra = [str(tmp_path / x) if x.endswith(".jsonl") else x for x in extra]
+    assert main(["score", str(corpus), "-o", str(tmp_path / "s.parquet"), *extra]) in (1, 2)
+    assert needle in _one_error_line(capsys.readouterr().err)
+    assert not (tmp_path / "s.parquet").exists()
+
+
+def test_zero_cpu_devices_is_an_argument_error(tmp_path, capsys):
+    corpus, _ = _corpus(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        main(["score", str(corpus), "-o", str(tmp_path / "s.parquet"), "--cpu-devices", "0"])
+    assert exc.value.code == 2
+    assert "--cpu-devices: must be at least 1" in capsys.readouterr().err
+
+
+def test_sweep_log_without_its_parameter_is_an_error(tmp_path, capsys):
+    corpus, _ = _corpus(tmp_path)
+    assert main(["sweep", str(corpus), "--lam", "0.5,0.9", "--log", "q"]) == 2
+    assert "--log q without --q" in _one_error_line(capsys.readouterr().err, "fastuq sweep")
+
+
+def test_method_all_says_what_it_left_out_and_why(tmp_path, capsys):
+    corpus, _ = _corpus(tmp_path)
+    out = tmp_path / "s.parquet"
+    assert main(["score", str(corpus), "-o", str(out), "--method", "all"]) == 0
+    err = capsys.readouterr().err
+    written = set(pq.read_schema(out).names) - {"trajectory_id"}
+    left = set(fastuq.ESTIMATORS) - written
+    assert left  # the corpus has no node columns
+    line = next(x for x in err.splitlines() if x.startswith("--method all: left out"))
+    for name in left:
+        assert f"{name} (needs " in line
+    assert "umas (needs seq_logprob)" in line
+
+
+# --- 6. a strict Python API -------------------------------------------------------------------
+
+
+def test_unknown_parameter_raises_naming_it_and_the_known_ones(tmp_path):
+    corpus, _ = _corpus(tmp_path)
+    with pytest.raises(TypeError, match=r"'lamda'.*did you mean 'lam'.*lam \(sauce\)"):
+        fastuq.score(corpus, "sauce", lamda=0.5)
+
+
+def test_parameter_no_method_takes_raises_naming_its_estimators(tmp_path):
+    corpus, _ = _corpus(tmp_path)
+    with pytest.raises(ValueError, match=r"'lam' would be ignored: it is taken by sauce"):
+        fastuq.score(corpus, "mean_agreement", lam=0.5)
+    with pytest.raises(ValueError, match=r"'confidence' would be ignored: it is taken by umas, "
+                                         r"umas_fix"):
+        fastuq.score_file(corpus, tmp_path / "s.parquet", methods="sauce", confidence="msp")
+    with pytest.raises(ValueError, match="only applies with on_error='skip'"):
+        fastuq.score_file(corpus, tmp_path / "s.parquet", max_skip_fraction=0.1)
+    assert not (tmp_path / "s.parquet").exists()
+    # a parameter that is taken still works, and changes the score as the scalar API says
+    got = fastuq.score(corpus, "sauce", lam=0.5)["sauce"].to_numpy()
+    t = pq.read_table(corpus).to_pydict()
+    want = [fastuq.sauce_score(a, h, p, lam=0.5) for a, h, p in
+            zip(t["agreement"], t["token_entropy"], t["protocol"], strict=True)]
+    np.testing.assert_allclose(got, want, atol=1e-12)
+
+
+def test_score_file_refuses_to_overwrite_its_input(tmp_path):
+    from fastuq._io import OutputError
+
+    corpus, _ = _corpus(tmp_path)
+    before = corpus.read_bytes()
+    with pytest.raises(OutputError, match="it is the input"):
+        fastuq.score_file(corpus, corpus)
+    assert corpus.read_bytes() == before
+
+
+# --- 7. import shows progress --------------------------------------------------------------
+
+
+def test_import_shows_progress_and_imports_the_same_table(tmp_path, capsys):
+    from fastuq.importers import import_dylan
+
+    src = DATA / "dylan_math"
+    out = tmp_path / "d.parquet"
+    assert main(["import", "dylan", str(src), "-o", str(out), "--progress"]) == 0
+    err = capsys.readouterr().err
+    n_files = len([p for p in src.rglob("*.json") if not p.name.startswith(".")])
+    assert f"{n_files}/{n_files} files" in err
+    assert pq.read_table(out).equals(import_dylan(src))
