@@ -10,6 +10,7 @@ AUROC by scikit-learn, selection by a plain loop over questions. Tolerances: sco
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pyarrow as pa
@@ -205,14 +206,16 @@ def test_fit_on_error_skip_and_observation_noise(corpora, tmp_path, capsys):
     assert "skipped 3 bad record(s), listed in" in capsys.readouterr().err
     got = json.loads(out.read_text())
     assert got["settings"]["skipped"] == 3
-    ref = fit_sauce(paths["clean"], steps=5, holdout=0, dtype="float64")
+    with warnings.catch_warnings():  # dylan's 5 steps do not improve: starting values kept
+        warnings.simplefilter("ignore", RuntimeWarning)
+        ref = fit_sauce(paths["clean"], steps=5, holdout=0, dtype="float64")
+        ref2 = fit_sauce(paths["const"], steps=5, holdout=0, dtype="float64")
     for proto, values in ref.params.items():
         assert got["params"][proto] == pytest.approx(values, abs=1e-10)
     assert got["params"]["debate"] != pytest.approx(got["init"]["debate"], abs=1e-6)
     out2 = tmp_path / "p2.json"
     assert main(["fit", paths["noent"], *opts, "--observation-noise", "0.3",
                  "-o", str(out2)]) == 0
-    ref2 = fit_sauce(paths["const"], steps=5, holdout=0, dtype="float64")
     got2 = json.loads(out2.read_text())
     for proto, values in ref2.params.items():
         assert got2["params"][proto] == pytest.approx(values, abs=1e-10)
