@@ -121,7 +121,7 @@ def test_eval_scores_of_a_skip_run(corpora, tmp_path, capsys):
     assert repr(missing) in capsys.readouterr().err
 
 
-def test_eval_and_select_observation_noise(corpora, tmp_path):
+def test_eval_observation_noise_through_the_new_scoring_path(corpora, tmp_path):
     paths, good = corpora
     out = tmp_path / "e.json"
     assert main(["eval", paths["noent"], "--observation-noise", "0.3", "--json", str(out),
