@@ -6,6 +6,7 @@ median of ``--repeats`` runs, measured side by side in one process. Prints a mar
 ``--json PATH`` also writes the numbers. Not a test.
 
     python bench/bench_metrics.py --n 1000000 --c 32 --repeats 3
+    python bench/bench_metrics.py --quick     # smoke test: N = 1e5, C = 8, 3 repeats
 """
 
 from __future__ import annotations
@@ -29,12 +30,16 @@ def _median_time(fn, repeats: int) -> tuple[float, object]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=1_000_000)
-    ap.add_argument("--c", type=int, default=32)
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke test: N = 1e5, C = 8 (unless --n / --c say otherwise)")
+    ap.add_argument("--n", type=int, default=None, help="rows (default 1e6; --quick 1e5)")
+    ap.add_argument("--c", type=int, default=None, help="score columns (default 32; --quick 8)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None, help="write the results here as JSON")
     args = ap.parse_args()
+    args.n = args.n or (100_000 if args.quick else 1_000_000)
+    args.c = args.c or (8 if args.quick else 32)
 
     from sklearn.metrics import roc_auc_score
 

@@ -3,7 +3,7 @@
 Run from the repository root::
 
     python bench/bench_sauce.py            # full run (several minutes), writes results
-    python bench/bench_sauce.py --quick    # smoke test, < 60 s, writes nothing tracked
+    python bench/bench_sauce.py --quick    # smoke test (timed in README), writes nothing tracked
 
 Methods, on ragged batches (random lengths 1..T, prefix ``round_mask``), time-major
 ``[T, N]``:
@@ -552,7 +552,7 @@ def parse_sizes(text: str) -> list[int]:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true",
-                   help="smoke test: N = 1e4, 1e5, 3 repeats, small loop subset; < 60 s; "
+                   help="smoke test: N = 1e4, 1e5, 3 repeats, small loop subset (timed in README); "
                         f"writes {QUICK_OUT.relative_to(bc.REPO_ROOT)} and not the README")
     p.add_argument("--sizes", type=parse_sizes, default=None,
                    help="comma-separated N values (default 1e5,1e6,1e7)")

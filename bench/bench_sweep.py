@@ -5,7 +5,7 @@ Run from the repository root::
 
     python bench/bench_sweep.py            # full run (a few minutes), writes
                                            # bench/results/sweep.json
-    python bench/bench_sweep.py --quick    # smoke test, < 60 s, writes a *.tmp file only
+    python bench/bench_sweep.py --quick    # smoke test (timed in README), writes a *.tmp only
 
 Workload (full run): ``fastuq.synth.corpus(1_000_000, protocol="debate", seed=0)``, T = 3,
 packed once to float32 ``[T, N]``; a 32 x 32 grid of ``lam`` in linspace(0.5, 1, 32) and

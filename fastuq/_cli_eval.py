@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 _SCORING_ONLY = ("protocol", "observation_noise", "dtype", "backend", "lam", "q", "sigma2_0",
-                 "mu_0")
+                 "mu_0", "params")
 
 
 def add_parser(sub) -> None:
@@ -57,8 +57,6 @@ def add_parser(sub) -> None:
                     help="JSON of expected metrics, compared at the precision each number is "
                          "written with; prints PASS or each mismatch (exit 1)")
     ev.add_argument("--protocol", help="preset for every record when scoring")
-    ev.add_argument("--observation-noise", type=float, metavar="R",
-                    help="constant R_t for corpora without token entropy, when scoring")
     ev.add_argument("--dtype", choices=("float64", "float32"),
                     help="kernel precision when scoring (default float64)")
     ev.add_argument("--backend", choices=("jax", "numpy"),
@@ -69,6 +67,12 @@ def add_parser(sub) -> None:
                         help=f"SAUCE {text} when scoring (overrides the preset)")
     ev.add_argument("--chunk-rows", type=int, default=1 << 18,
                     help="records per chunk when reading (default 262144)")
+    from ._cli_scoring import add_options
+
+    add_options(ev, params=True)
+    ev.epilog = ("with --scores from a 'score --on-error skip' run, --skipped PATH names that "
+                 "run's skipped list (default: SCORES.skipped.jsonl when it exists): corpus "
+                 "trajectories listed there are left out and counted")
 
 
 def _split(text: str | None) -> list[str] | None:
@@ -110,17 +114,29 @@ def _check_has_label_field(source: Path) -> None:
             )
 
 
-def _evaluate(args, source: Path, methods, metrics):
-    """(labels, scores mapping or frame, methods used)."""
+def _evaluate(args, source: Path, methods, metrics, info: dict):
+    """(labels, scores mapping or frame, methods used, protocol per row); ``info`` gets
+    ``skipped`` (count) and ``skipped_list`` (path) when records were left out."""
+    from . import _cli_scoring as cs
     from . import evaluation as ev
 
     if args.scores:
         given = [f"--{k.replace('_', '-')}" for k in _SCORING_ONLY
                  if getattr(args, k) is not None]
+        if args.on_error != "raise":
+            given.append("--on-error")
         if given:
-            raise ValueError(f"{', '.join(given)} only apply when scoring, not with --scores")
+            raise ValueError(f"{', '.join(given)} only apply when scoring, not with --scores "
+                             "(give a skip run's list with --skipped)")
         labels = ev.read_labels(source, chunk_rows=args.chunk_rows)
         scores = ev.read_scores(args.scores, methods)
+        listing = Path(args.skipped) if args.skipped else Path(
+            str(args.scores) + ".skipped.jsonl")
+        if args.skipped or listing.exists():
+            kept = ev.drop_skipped(labels, scores, ev.read_skipped(listing))
+            info["skipped"] = labels.height - kept.height
+            info["skipped_list"] = str(listing)
+            labels = kept
         joined = ev.join_labels(labels, scores)
         names = [c for c in scores.columns if c != "trajectory_id"]
         groups = joined["protocol"].to_numpy() if "protocol" in joined.columns else None
@@ -130,17 +146,39 @@ def _evaluate(args, source: Path, methods, metrics):
 
     from ._runtime import use_cpu_devices
 
+    cs.check_skip_args(args)
     _check_has_label_field(source)
     backend = args.backend or "jax"
     if backend == "jax":
         use_cpu_devices(None, strict=False)
     params = {k: getattr(args, k) for k in ("lam", "q", "sigma2_0", "mu_0")
               if getattr(args, k) is not None}
-    table = fastuq.score(
-        source, methods or ["sauce"], protocol=args.protocol, dtype=args.dtype or "float64",
-        backend=backend, chunk_rows=args.chunk_rows, observation_noise=args.observation_noise,
-        **params,
-    )
+    per_protocol = cs.load_params(args)
+    if per_protocol is not None:
+        if params:
+            raise ValueError("--params and --lam/--q/--sigma2-0/--mu-0 exclude each other")
+        from .fit import per_parameter
+
+        params = per_parameter(per_protocol)
+    bar = cs.Progress(args.progress)
+    try:
+        table, skipped = cs.score_corpus(
+            source, methods or ["sauce"], protocol=args.protocol,
+            dtype=args.dtype or "float64", backend=backend, chunk_rows=args.chunk_rows,
+            observation_noise=args.observation_noise, on_error=args.on_error, params=params,
+            progress=bar,
+        )
+    finally:
+        bar.close()
+    if args.on_error == "skip":
+        path = cs.write_skipped(skipped, cs.skipped_path(args, source))
+        info["skipped"] = len(skipped)
+        info["skipped_list"] = str(path)
+    if per_protocol is not None:
+        protos = ([args.protocol] if args.protocol else
+                  table["protocol"].unique().to_pylist() if "protocol" in table.column_names
+                  else [])
+        cs.report_params("fastuq eval", per_protocol, protos, args.params)
     labels = _label_array(table, str(source))
     names = [c for c in table.column_names if c in fastuq.ESTIMATORS]
     groups = (table["protocol"].to_numpy(zero_copy_only=False)
@@ -175,7 +213,8 @@ def run(args: argparse.Namespace) -> int:
                              f"{', '.join(METRICS)}")
         if expected is not None:  # compute whatever the expectations list
             metrics += [m for m in ev.expected_metrics(expected) if m not in metrics]
-        labels, scores, names, groups = _evaluate(args, source, methods, metrics)
+        info: dict = {}
+        labels, scores, names, groups = _evaluate(args, source, methods, metrics, info)
         table = ev.evaluation_table(labels, scores, metrics=metrics)
         by_group = {}
         if args.by == "protocol":
@@ -192,6 +231,10 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError, ImportError) as exc:
         print(f"fastuq eval: error: {exc}", file=sys.stderr)
         return 2
+    if "skipped" in info:
+        print(f"fastuq eval: skipped {info['skipped']:,} record(s) "
+              f"listed in {info['skipped_list']}; "
+              f"evaluating the {len(labels):,} scored", file=sys.stderr)
 
     percent = args.units == "percent"
     n = int(table["n"][0])
@@ -215,6 +258,9 @@ def run(args: argparse.Namespace) -> int:
             "metrics_computed": metrics,
             "protocol": args.protocol,
             "observation_noise": args.observation_noise,
+            "params": str(Path(args.params).resolve()) if args.params else None,
+            "skipped": info.get("skipped"),
+            "skipped_list": info.get("skipped_list"),
             "dtype": None if args.scores else (args.dtype or "float64"),
             "units": "fraction",
             "n": n,

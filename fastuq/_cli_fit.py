@@ -35,6 +35,9 @@ def add_parser(sub) -> None:
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--protocol", help="preset for every record (default: each record's field)")
     sp.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    from ._cli_scoring import add_options
+
+    add_options(sp)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,8 +45,10 @@ def run(args: argparse.Namespace) -> int:
     import time
     import warnings
 
+    from . import _cli_scoring as cs
     from .cli import sample_corpus_path
     from .fit import fit_sauce
+    from .sweeps import load_sauce_data
 
     prog = "fastuq fit"
     if args.sample == (args.input is not None):
@@ -51,17 +56,38 @@ def run(args: argparse.Namespace) -> int:
         return 2
     source = sample_corpus_path() if args.sample else Path(args.input)
     start = time.perf_counter()
+    skipped: list = []
+    skipped_to = None
     try:
+        cs.check_skip_args(args)
+        bar = cs.Progress(args.progress)
+        try:
+            data = load_sauce_data(source, protocol=args.protocol, dtype=args.dtype,
+                                   observation_noise=args.observation_noise,
+                                   on_error=args.on_error, skipped=skipped, progress=bar)
+        finally:
+            bar.close()
+        if args.on_error == "skip":
+            skipped_to = cs.write_skipped(skipped, cs.skipped_path(args, source, args.output))
+            cs.report_skipped(prog, skipped, skipped_to)
+        bar = cs.Progress(args.progress, unit="fits")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", RuntimeWarning)
-            result = fit_sauce(source, objective=args.objective, steps=args.steps, lr=args.lr,
-                               folds=args.folds, holdout=args.holdout, seed=args.seed,
-                               protocol=args.protocol, dtype=args.dtype)
+            try:
+                result = fit_sauce(data, objective=args.objective, steps=args.steps,
+                                   lr=args.lr, folds=args.folds, holdout=args.holdout,
+                                   seed=args.seed, dtype=args.dtype, progress=bar)
+            finally:
+                bar.close()
     except (ValueError, FileNotFoundError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 1
     for w in caught:
         print(f"{prog}: warning: {w.message}", file=sys.stderr)
+    if skipped_to is not None:
+        result.settings["skipped"] = len(skipped)
+        result.settings["skipped_list"] = str(skipped_to)
+    result.settings["observation_noise"] = args.observation_noise
     print(result.summary())
     print(f"({time.perf_counter() - start:.1f} s)")
     if args.output:

@@ -38,6 +38,9 @@ def add_parser(sub) -> None:
     ):
         sc.add_argument(f"--{name.replace('_', '-')}", dest=name, type=float,
                         help=f"SAUCE {text} (overrides the preset)")
+    sc.add_argument("--params", metavar="PARAMS.json",
+                    help="per-protocol SAUCE parameters written by 'fastuq fit -o' (a protocol "
+                         "the file does not name keeps its preset)")
     sc.add_argument("--observation-noise", type=float, metavar="R",
                     help="constant measurement noise R_t for corpora without token entropy "
                          "(SAUCE on agreement alone); without it missing entropy is an error")
@@ -149,13 +152,26 @@ def run(args: argparse.Namespace) -> int:
     if args.backend == "jax":
         use_cpu_devices(args.cpu_devices, strict=False)
     methods = args.method
+    sauce = {k: getattr(args, k) for k in ("lam", "q", "sigma2_0", "mu_0")}
+    if args.params:
+        from ._cli_scoring import load_params
+        from .fit import per_parameter
+
+        try:
+            per_protocol = load_params(args)
+            if any(v is not None for v in sauce.values()):
+                raise ValueError("--params and --lam/--q/--sigma2-0/--mu-0 exclude each other")
+        except (ValueError, FileNotFoundError) as exc:
+            print(f"fastuq score: error: {exc}", file=sys.stderr)
+            return 2
+        sauce = {**sauce, **per_parameter(per_protocol)}
     bar = ProgressBar(args.progress)
     with tempfile.TemporaryDirectory() as tmp:
         output = Path(args.output) if args.output else Path(tmp) / "sample_scores.parquet"
         try:
             report = score_file(
-                source, output, methods=methods, protocol=args.protocol, lam=args.lam,
-                q=args.q, sigma2_0=args.sigma2_0, mu_0=args.mu_0, dtype=args.dtype,
+                source, output, methods=methods, protocol=args.protocol, **sauce,
+                dtype=args.dtype,
                 backend=args.backend, chunk_rows=args.chunk_rows, progress=bar,
                 observation_noise=args.observation_noise, confidence=args.confidence,
                 on_error=args.on_error, skipped_path=args.skipped, math=args.math,
@@ -174,6 +190,10 @@ def run(args: argparse.Namespace) -> int:
         if report.left_out:
             print(f"--method all: left out {len(report.left_out)} estimator(s): " + "; ".join(
                 f"{k} ({v})" for k, v in report.left_out.items()), file=sys.stderr)
+        if args.params:
+            from ._cli_scoring import report_params
+
+            report_params("fastuq score", per_protocol, report.protocols, args.params)
         if sample:
             if not args.output:
                 report.output = "(not kept; pass -o to keep the scores)"

@@ -23,19 +23,30 @@ def add_parser(sub) -> None:
     p.add_argument("input", help="labelled corpus (needs question_id and correct)")
     p.add_argument("--method", default="all", help="estimators, comma-separated, or all")
     p.add_argument("--protocol", help="preset for every record (default: each record's field)")
-    p.add_argument("--observation-noise", type=float, metavar="R",
-                   help="constant R_t for SAUCE on corpora without token entropy")
     p.add_argument("--json", metavar="OUT", help="also write the numbers as JSON")
+    from ._cli_scoring import add_options
+
+    add_options(p)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``fastuq select``; returns the exit status."""
-    from ._score import score
+    from . import _cli_scoring as cs
     from .selection import best_of_k
 
+    source = Path(args.input)
+    skipped_to = None
+    bar = cs.Progress(args.progress)
     try:
-        table = score(Path(args.input), args.method, protocol=args.protocol,
-                      observation_noise=args.observation_noise)
+        cs.check_skip_args(args)
+        try:
+            table, skipped = cs.score_corpus(source, args.method, protocol=args.protocol,
+                                             observation_noise=args.observation_noise,
+                                             on_error=args.on_error, progress=bar)
+        finally:
+            bar.close()
+        if args.on_error == "skip":
+            skipped_to = cs.write_skipped(skipped, cs.skipped_path(args, source))
         for need in ("question_id", "correct"):
             if need not in table.column_names:
                 raise ValueError(f"{args.input}: the corpus has no {need} column")
@@ -44,9 +55,14 @@ def run(args: argparse.Namespace) -> int:
         names = [c for c in table.column_names if c in ESTIMATORS]
         result = best_of_k(table["question_id"], {n: table[n].to_numpy() for n in names},
                            table["correct"].to_numpy())
+        if skipped_to is not None:
+            result["skipped"] = len(skipped)
+            result["skipped_list"] = str(skipped_to)
     except (ValueError, FileNotFoundError) as exc:
         print(f"fastuq select: error: {exc}", file=sys.stderr)
         return 1
+    if skipped_to is not None:
+        cs.report_skipped("fastuq select", skipped, skipped_to)
     print(f"{result['n_questions']:,} questions, {result['n_trajectories']:,} trajectories "
           f"({result['k_mean']:.2f} per question)")
     rows = [("all trajectories", result["accuracy"]), ("random pick", result["random"]),

@@ -51,6 +51,9 @@ def add_parser(sub) -> None:
     sp.add_argument("--chunk-points", type=int,
                     help="grid points scored per block (bounds memory; default 2**24 // N)")
     sp.add_argument("--threads", type=int, help="host threads ranking scores (default: cores)")
+    from ._cli_scoring import add_options
+
+    add_options(sp, params=True)
 
 
 def _grid(args: argparse.Namespace) -> dict[str, list[float]]:
@@ -106,6 +109,9 @@ def run(args: argparse.Namespace) -> int:
         except ImportError:
             print(f"{prog}: --plot needs matplotlib (pip install matplotlib)", file=sys.stderr)
             return 1
+    from . import _cli_scoring as cs
+    from .sweeps import load_sauce_data
+
     source = sample_corpus_path() if args.sample else Path(args.input)
     from ._io import cli_check_outputs
 
@@ -114,9 +120,27 @@ def run(args: argparse.Namespace) -> int:
     if rc is not None:
         return rc
     start = time.perf_counter()
+    skipped: list = []
     try:
-        table = sweep(source, grid, metrics, protocol=args.protocol, dtype=args.dtype,
-                      chunk_points=args.chunk_points, folds=args.folds, threads=args.threads)
+        cs.check_skip_args(args)
+        base = cs.load_params(args)
+        bar = cs.Progress(args.progress)
+        try:
+            data = load_sauce_data(source, protocol=args.protocol, dtype=args.dtype,
+                                   observation_noise=args.observation_noise,
+                                   on_error=args.on_error, skipped=skipped, progress=bar)
+        finally:
+            bar.close()
+        if args.on_error == "skip":
+            cs.report_skipped(prog, skipped, cs.write_skipped(
+                skipped, cs.skipped_path(args, source, args.output)))
+        cs.report_params(prog, base, data.protocols, args.params)
+        bar = cs.Progress(args.progress, unit="grid points")
+        try:
+            table = sweep(data, grid, metrics, dtype=args.dtype, chunk_points=args.chunk_points,
+                          folds=args.folds, threads=args.threads, params=base, progress=bar)
+        finally:
+            bar.close()
     except (ValueError, FileNotFoundError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 1
@@ -131,7 +155,8 @@ def run(args: argparse.Namespace) -> int:
         others = "  ".join(f"{m} {best[m]:.4f}" for m in metrics)
         print(f"best by {metric}: {_point(best, names)}   {others}")
     if table.preset is not None:
-        print("presets (per protocol):   " + "  ".join(
+        what = "presets (per protocol)" if base is None else f"parameters of {args.params}"
+        print(f"{what}:   " + "  ".join(
             f"{m} {v:.4f}" for m, v in table.preset.items()))
     cv = table.cv
     if cv is not None:

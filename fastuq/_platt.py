@@ -1,22 +1,25 @@
 """Out-of-fold Platt scaling of many score columns, all columns and folds fitted at once.
 
 For score column ``c`` and fold ``f`` (``StratifiedKFold(n_folds, shuffle=True,
-random_state=seed)`` on the labels, so one split serves every column) the model is
-``P(correct | x) = sigmoid(w x + b)`` fitted on the other folds by minimising
-scikit-learn's ``LogisticRegression(C=C)`` objective on the raw score::
+random_state=seed)`` on the labels, so one split serves every column) the score is first
+standardised with the training part's mean and (population) standard deviation,
+``z = (x - m_fc) / d_fc`` (``d_fc = 1`` where the training part is constant), and the model
+``P(correct | x) = sigmoid(v z + b)`` is fitted on the other folds by minimising
+scikit-learn's ``LogisticRegression(C=C)`` objective on ``z``::
 
-    0.5 w**2 + C * sum_i logloss(y_i, w x_i + b)        (no penalty on b; C=None: none)
+    0.5 v**2 + C * sum_i logloss(y_i, v z_i + b)        (no penalty on b; C=None: none)
 
-Internally the score is standardised, ``z = (x - m_c) / d_c`` with ``m_c``, ``d_c`` the
-mean and standard deviation of the column (its value and 1 if it is constant), and the
-equivalent problem in ``(v, b') = (w d_c, b + w m_c)`` is solved::
+which is what ``make_pipeline(StandardScaler(), LogisticRegression(C=C))`` fits on the
+training folds. Because ``z`` is unchanged by ``x -> c x + s`` (``c > 0``), the probabilities
+(and Brier-Platt, ECE) do not depend on the scale or offset of a score; the penalty acts on
+the same standardised slope for every estimator.
 
-    sum_i logloss(y_i, v z_i + b') + 0.5 * lam_c * v**2,   lam_c = 1 / (C d_c**2)
-
-by Newton's method on the 2 parameters with a closed-form 2x2 solve per (fold, column), step
-halving where the objective would rise, and the sums over rows streamed in chunks of about
+Numerically the rows are first standardised once with the whole column's mean and standard
+deviation (``g``); each fold's ``z`` is an affine map of ``g``. The 2-parameter problem is
+solved by Newton's method with a closed-form 2x2 solve per (fold, column), step halving
+where the objective would rise, and the sums over rows streamed in chunks of about
 :data:`CHUNK_ELEMENTS` (folds x rows x columns) elements. Probabilities of held-out rows
-use their own fold's parameters.
+use their own fold's standardisation and parameters.
 """
 
 from __future__ import annotations
@@ -49,20 +52,58 @@ def stratified_folds(labels: np.ndarray, n_folds: int, seed: int) -> np.ndarray:
     return fold
 
 
-def _penalty(c: float | None, scale: np.ndarray) -> np.ndarray:
+def _penalty(c: float | None) -> float:
     if c is None or np.isinf(c):
-        return np.zeros_like(scale)
+        return 0.0
     if not c > 0:
         raise ValueError(f"C must be positive (or None / inf for no penalty), got {c!r}")
-    return 1.0 / (c * scale * scale)
+    return 1.0 / c
 
 
 def _standardised(x: np.ndarray, r0: int, rows: int, mean: np.ndarray, scale: np.ndarray):
-    """Standardised rows ``r0:r0+rows`` of ``x``, transposed: ``z [C, R]`` float64."""
-    z = np.array(x[r0 : r0 + rows].T, dtype=np.float64, order="C")
-    z -= mean[:, None]
-    z /= scale[:, None]
+    """Rows ``r0:r0+rows`` of ``x`` standardised with every fold's training mean and scale
+    ``[F, C]``: ``z [F, C, R]`` float64 (rows innermost)."""
+    z = np.array(x[r0 : r0 + rows].T, dtype=np.float64)[None]  # [1, C, R]
+    z = z - mean[:, :, None]
+    z /= scale[:, :, None]
     return z
+
+
+def _fold_moments(x: np.ndarray, fold: np.ndarray, train: np.ndarray, rows: int):
+    """Each fold's training mean and population standard deviation ``[F, C]`` of ``x``.
+
+    A column whose training part holds one value gets that value as its mean (so ``z`` is
+    exactly 0 there) and scale 1, as scikit-learn's ``StandardScaler`` does."""
+    n, nc = x.shape
+    nf = train.shape[0]
+    n_train = train.sum(axis=1)[:, None]  # [F, 1]
+    # Per-fold extremes give each training part's extremes (the other folds' min / max).
+    lo = np.empty((nf, nc))
+    hi = np.empty((nf, nc))
+    for f in range(nf):
+        part = x[fold == f]
+        lo[f] = part.min(axis=0)
+        hi[f] = part.max(axis=0)
+    others = ~np.eye(nf, dtype=bool)
+    t_lo = np.array([lo[others[f]].min(axis=0) for f in range(nf)])
+    t_hi = np.array([hi[others[f]].max(axis=0) for f in range(nf)])
+    const = t_lo == t_hi
+    # Two streamed passes in float64: the mean (about the column's mean), then the variance.
+    centre = x.mean(axis=0, dtype=np.float64)
+    acc = np.zeros((nf, nc))
+    for r0 in range(0, n, rows):
+        acc += train[:, r0 : r0 + rows] @ (x[r0 : r0 + rows] - centre)
+    mean = centre + acc / n_train
+    mean = np.where(const, t_lo, mean)
+    var = np.zeros((nf, nc))
+    ones = np.ones((1, nc))
+    for r0 in range(0, n, rows):
+        d = _standardised(x, r0, rows, mean, np.broadcast_to(ones, (nf, nc)))
+        d *= d
+        var += (d @ train[:, r0 : r0 + rows, None])[..., 0]
+    scale = np.sqrt(var / n_train)
+    scale = np.where(const | (scale == 0), 1.0, scale)
+    return mean, scale
 
 
 def _pass(x, train, mean, scale, v, b, *, rows):
@@ -79,7 +120,7 @@ def _pass(x, train, mean, scale, v, b, *, rows):
     sums = np.zeros((6, nf, nc, 1))
     vb, bb = v[:, :, None], b[:, :, None]
     for r0 in range(0, x.shape[0], rows):
-        z = _standardised(x, r0, rows, mean, scale)  # [C, R]
+        z = _standardised(x, r0, rows, mean, scale)  # [F, C, R]
         m = train[:, r0 : r0 + rows, None]  # [F, R, 1]
         t = vb * z
         t += bb  # [F, C, R]
@@ -124,16 +165,8 @@ def oof_platt(
     y = labels.astype(np.float64)
 
     rows = max(1, CHUNK_ELEMENTS // max(1, nf * nc))
-    mean = x.mean(axis=0, dtype=np.float64)
-    scale = np.zeros(nc)
-    for r0 in range(0, n, rows * nf):  # streamed, no [N, C] float64 temporary
-        dev = x[r0 : r0 + rows * nf] - mean
-        scale += np.einsum("nc,nc->c", dev, dev)
-    scale = np.sqrt(scale / n)
-    const = x.min(axis=0) == x.max(axis=0)  # z = 0 exactly, whatever the mean's rounding
-    mean = np.where(const, x[0], mean)
-    scale = np.where(const | (scale == 0), 1.0, scale)
-    lam = _penalty(C, scale)[None, :]  # [1, C]
+    mean, scale = _fold_moments(x, fold, train, rows)  # [F, C] each
+    lam = _penalty(C)
 
     # Training-row sums of y and y z per fold: the loss's linear part is analytic,
     # sum_i y_i t_i = v * syz + b * sy.
@@ -141,7 +174,7 @@ def oof_platt(
     syz = np.zeros((nf, nc))
     ty = train * y
     for r0 in range(0, n, rows):
-        syz += ty[:, r0 : r0 + rows] @ _standardised(x, r0, rows, mean, scale).T
+        syz += (_standardised(x, r0, rows, mean, scale) @ ty[:, r0 : r0 + rows, None])[..., 0]
     pbar = sy[:, 0] / train.sum(axis=1)  # [F] training base rate, in (0, 1)
     v = np.zeros((nf, nc))
     b = np.repeat(np.log(pbar / (1.0 - pbar))[:, None], nc, axis=1)
@@ -190,9 +223,10 @@ def oof_platt(
     step = rows * nf
     for r0 in range(0, n, step):
         sl = slice(r0, r0 + step)
-        t = (x[sl] - mean) / scale
-        t *= v[fold[sl]]  # parameters of each row's held-out fold
-        t += b[fold[sl]]
+        f = fold[sl]
+        t = (x[sl] - mean[f]) / scale[f]  # each row's held-out fold's standardisation
+        t *= v[f]  # and parameters
+        t += b[f]
         out[sl] = _sigmoid(t)
     return out
 

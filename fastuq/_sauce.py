@@ -337,8 +337,12 @@ def _params_arrays(
         names, inverse = _encode(protocol, n)
     presets = []
     for k, proto in enumerate(names):
+        # A parameter given as a mapping protocol -> value applies per protocol; protocols
+        # it does not name keep their preset.
+        own = {p: (v.get(str(proto)) if isinstance(v, Mapping) else v)
+               for p, v in overrides.items()}
         try:
-            presets.append(est.resolve(str(proto), overrides))
+            presets.append(est.resolve(str(proto), own))
         except ValueError as exc:
             if inverse is None:
                 raise
@@ -346,7 +350,7 @@ def _params_arrays(
             raise RecordError(f"{_name(ids, row)}: {exc} (field protocol)", row=row) from None
     out = {}
     for p in est.params:
-        if overrides.get(p) is not None:
+        if overrides.get(p) is not None and not isinstance(overrides[p], Mapping):
             v = np.asarray(overrides[p], np.float64)
         elif inverse is None:
             v = np.asarray(presets[0][p], np.float64)
@@ -395,8 +399,9 @@ def sauce_batch(
         ragged Python sequences, one sequence of per-round floats per trajectory.
       protocol: preset name, or one per trajectory (``[N]`` strings: a list, NumPy or Arrow
         array) for mixed corpora.
-      lam, q, sigma2_0, mu_0: override preset values; each a scalar or an array that
-        broadcasts against ``[N]`` (per-trajectory parameters).
+      lam, q, sigma2_0, mu_0: override preset values; each a scalar, an array that
+        broadcasts against ``[N]`` (per-trajectory parameters), or a mapping protocol ->
+        value (per-protocol parameters; protocols it does not name keep their preset).
       return_trace: also return ``final_mu``, ``final_sigma2``, ``avg_mu``, ``avg_sigma2``,
         ``n_rounds`` (``[N]``) and the per-round ``mu``, ``sigma2``, ``K_t``, ``S_t``,
         ``nu_t`` (``[T, N]``, NaN in rounds that did not execute).

@@ -45,6 +45,7 @@ __all__ = [
     "ExpectationCheck",
     "accuracy_coverage",
     "check_expectations",
+    "drop_skipped",
     "evaluation_table",
     "expected_metrics",
     "format_table",
@@ -55,6 +56,7 @@ __all__ = [
     "plot_risk_coverage",
     "read_labels",
     "read_scores",
+    "read_skipped",
     "reliability_bins",
     "round_like",
     "table_records",
@@ -298,11 +300,53 @@ def _first_duplicate(ids: pl.Series, what: str) -> None:
         )
 
 
+def read_skipped(path: str | os.PathLike) -> list[str | None]:
+    """Trajectory ids of a skipped-records list (``fastuq score --on-error skip`` writes one
+    JSON object per line with ``source``, ``row``, ``trajectory_id``, ``reason``), in file
+    order; ``None`` for a record that had no id. Raises ValueError naming the line."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file (the skipped list of a skip run)")
+    ids: list[str | None] = []
+    for k, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: line {k}: not valid JSON: {exc}") from None
+        if not isinstance(rec, dict) or "trajectory_id" not in rec:
+            raise ValueError(f"{path}: line {k}: expected an object with a trajectory_id "
+                             "(a skipped list from --on-error skip)")
+        tid = rec["trajectory_id"]
+        ids.append(None if tid is None else str(tid))
+    return ids
+
+
+def drop_skipped(
+    labels: pl.DataFrame, scores: pl.DataFrame, skipped_ids: Sequence[str | None]
+) -> pl.DataFrame:
+    """``labels`` without the records a skip run left out: rows whose id is in
+    ``skipped_ids`` and not scored, repeats (after the first) of an id in ``skipped_ids``
+    (a skipped duplicate), and null ids when the list holds a record without an id. Every
+    other row stays, so a corpus id missing from ``scores`` and not in the list is still an
+    error in :func:`join_labels`."""
+    named = [s for s in skipped_ids if s is not None]
+    ids = labels["trajectory_id"]
+    in_list = ids.is_in(pl.Series(named, dtype=pl.String).implode()).fill_null(False)
+    scored = ids.is_in(scores["trajectory_id"].implode()).fill_null(False)
+    drop = in_list & (~scored | ~ids.is_first_distinct())
+    if len(named) < len(skipped_ids):
+        drop = drop | ids.is_null()
+    return labels.filter(~drop)
+
+
 def join_labels(labels: pl.DataFrame, scores: pl.DataFrame) -> pl.DataFrame:
     """Join ``scores`` (``trajectory_id`` + score columns) to ``labels`` (``trajectory_id``,
     ``correct``, optionally ``protocol``) by id: those columns and the score columns, one row per
     trajectory in the labels' (corpus) order, whatever the order of the scores -- so AUARC's
-    stable tie order is the corpus file order, as when scoring the corpus directly.
+    stable tie order is the corpus file order, as when scoring the corpus directly. (For a
+    skip run's scores, pass ``labels`` through :func:`drop_skipped` first.)
 
     Raises ValueError naming the first offending id when an id is null or duplicated (in
     either table), scored but absent from the labels, labelled but unscored, or scored with

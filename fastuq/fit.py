@@ -45,7 +45,7 @@ import json
 import math
 import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,7 +54,7 @@ import numpy as np
 
 from .sweeps import PARAMS, SauceData, load_sauce_data, stratified_folds
 
-__all__ = ["OBJECTIVES", "FitResult", "fit_sauce"]
+__all__ = ["OBJECTIVES", "FitResult", "fit_sauce", "load_params", "per_parameter"]
 
 #: Objectives :func:`fit_sauce` minimises.
 OBJECTIVES = ("platt_logloss", "soft_auroc")
@@ -186,6 +186,71 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return value.tolist()
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+#: Top-level keys of the JSON :meth:`FitResult.save` writes.
+_FILE_KEYS = ("estimator", "objective", "params", "init", "platt", "train_objective",
+              "heldout", "heldout_mean", "settings")
+
+
+def load_params(path: str | os.PathLike) -> dict[str, dict[str, float]]:
+    """Per-protocol SAUCE parameters from a ``fastuq fit -o`` file: protocol -> ``{name:
+    value}`` with names from ``lam``, ``q``, ``sigma2_0``, ``mu_0``.
+
+    The file is what :meth:`FitResult.save` writes (only ``"params"`` is required, so a
+    hand-written ``{"params": {"debate": {"lam": 0.9}}}`` works too); a protocol may give a
+    subset of the parameters (the rest come from its preset when applied). Raises
+    ValueError, naming the file and key, for invalid JSON, unknown top-level keys, a
+    non-SAUCE estimator, unknown parameter names, and values that are not finite numbers or
+    out of range (lam in [0, 1], q >= 0, sigma2_0 > 0).
+    """
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: expected a JSON object with a 'params' key")
+    unknown = [k for k in doc if k not in _FILE_KEYS]
+    if unknown:
+        raise ValueError(f"{path}: unknown key(s) {unknown}; a fit file has "
+                         f"{list(_FILE_KEYS)}")
+    if doc.get("estimator", "sauce") != "sauce":
+        raise ValueError(f"{path}: parameters of {doc['estimator']!r}; only sauce is supported")
+    params = doc.get("params")
+    if not isinstance(params, dict) or not params:
+        raise ValueError(f"{path}: 'params' must map protocol names to parameter objects")
+    out: dict[str, dict[str, float]] = {}
+    for proto, values in params.items():
+        if not isinstance(values, dict):
+            raise ValueError(f"{path}: params[{proto!r}] must be an object of parameters")
+        bad = [k for k in values if k not in PARAMS]
+        if bad:
+            raise ValueError(f"{path}: params[{proto!r}] has unknown parameter(s) {bad}; "
+                             f"known: {list(PARAMS)}")
+        one = {}
+        for k, v in values.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ValueError(f"{path}: params[{proto!r}][{k!r}] must be a finite number, "
+                                 f"got {v!r}")
+            one[k] = float(v)
+        if not 0 <= one.get("lam", 0.5) <= 1 or one.get("q", 0.0) < 0 or \
+                one.get("sigma2_0", 1.0) <= 0:
+            raise ValueError(f"{path}: params[{proto!r}] out of range (lam in [0, 1], q >= 0, "
+                             f"sigma2_0 > 0): {one}")
+        out[str(proto)] = one
+    return out
+
+
+def per_parameter(per_protocol: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:
+    """``protocol -> {name: value}`` turned into ``name -> {protocol: value}``: the form
+    :func:`fastuq.sauce_batch` and :func:`fastuq.score` take for per-protocol parameters
+    (``lam={"debate": 0.9, "dylan": 0.7}``)."""
+    out: dict[str, dict[str, float]] = {}
+    for proto, values in per_protocol.items():
+        for k, v in values.items():
+            out.setdefault(k, {})[proto] = float(v)
+    return out
 
 
 # --------------------------------------------------------------------------- parametrisation
@@ -488,13 +553,15 @@ def _evaluate(test: SauceData, fitted, dtype: np.dtype, split: int) -> list[dict
     return rows
 
 
-def _fit_all(data: SauceData, inits, objective, opts, dtype) -> tuple:
+def _fit_all(data: SauceData, inits, objective, opts, dtype, tick=None) -> tuple:
     params, platt, objs, hist = {}, {}, {}, {}
     for k, proto in enumerate(data.protocols):
         rows = data.protocol_codes == k
         sub = data if len(data.protocols) == 1 else data.subset(rows)
         p, pl_, ob, h = _fit_one(sub, inits[proto], objective, dtype=dtype, name=proto, **opts)
         params[proto], platt[proto], objs[proto], hist[proto] = p, pl_, ob, h
+        if tick is not None:
+            tick()
     return params, platt, objs, hist
 
 
@@ -514,13 +581,17 @@ def fit_sauce(
     batch_size: int | None = None,
     pairs: int = 1024,
     tau: float = 0.1,
+    observation_noise: float | None = None,
+    on_error: str = "raise",
+    skipped: list | None = None,
+    progress: Callable[[int, int | None], None] | None = None,
 ) -> FitResult:
     """Fit SAUCE's ``(lam, q, sigma2_0, mu_0)`` per protocol by gradient descent.
 
     Args:
-      corpus_or_arrays: a labelled corpus file, table, or arrays ``(agreement [T, N],
-        token_entropy [T, N], round_mask [T, N], labels [N])`` (see
-        :func:`fastuq.sweeps.load_sauce_data`).
+      corpus_or_arrays: a labelled corpus file, table, arrays ``(agreement [T, N],
+        token_entropy [T, N], round_mask [T, N], labels [N])``, or the
+        :class:`~fastuq.sweeps.SauceData` that :func:`fastuq.sweeps.load_sauce_data` returns.
       objective: ``"platt_logloss"`` or ``"soft_auroc"`` (module doc).
       init: ``"preset"`` (each protocol's preset) or a dict of starting values (for every
         protocol, or protocol -> dict); missing names come from the preset.
@@ -536,6 +607,11 @@ def fit_sauce(
       pairs: correct and wrong trajectories drawn per ``soft_auroc`` step (``pairs**2``
         pairs).
       tau: temperature of the ``soft_auroc`` sigmoid, in standard deviations of the scores.
+      observation_noise, on_error, skipped: as :func:`fastuq.sweeps.load_sauce_data`
+        (constant R_t for corpora without token entropy; skip bad records into
+        ``skipped``).
+      progress: called as ``progress(fits_done, fits_total)`` after each protocol's fit
+        (``folds`` + 1 fits per protocol with folds, 2 with a held-out part, else 1).
 
     Returns:
       a :class:`FitResult`.
@@ -559,26 +635,38 @@ def fit_sauce(
     if not tau > 0:
         raise ValueError(f"tau must be positive, got {tau!r}")
     dtype = np.dtype(dtype)
-    data = load_sauce_data(corpus_or_arrays, protocol=protocol, labels=labels, dtype=dtype)
+    data = load_sauce_data(corpus_or_arrays, protocol=protocol, labels=labels, dtype=dtype,
+                           observation_noise=observation_noise, on_error=on_error,
+                           skipped=skipped)
     inits = _resolve_init(init, data)
     opts = {"steps": int(steps), "lr": float(lr), "batch_size": batch_size, "pairs": int(pairs),
             "tau": float(tau), "seed": int(seed)}
     rows: list[dict[str, Any]] = []
+    n_fits = len(data.protocols) * (int(folds) + 1 if folds is not None else
+                                    2 if holdout > 0 else 1)
+    done = [0]
+
+    def tick() -> None:
+        done[0] += 1
+        if progress is not None:
+            progress(done[0], n_fits)
+
     with x64_scope(dtype):
         if folds is not None:
             fold = stratified_folds(data.labels, folds, seed)
             for f in range(int(folds)):
-                params, *_ = _fit_all(data.subset(fold != f), inits, objective, opts, dtype)
+                params, *_ = _fit_all(data.subset(fold != f), inits, objective, opts, dtype,
+                                      tick)
                 rows += _evaluate(data.subset(fold == f), params, dtype, f)
             fit_data = data
         elif holdout > 0:
             test = _holdout_rows(data.labels, holdout, seed)
             fit_data = data.subset(~test)
-            params, *_ = _fit_all(fit_data, inits, objective, opts, dtype)
+            params, *_ = _fit_all(fit_data, inits, objective, opts, dtype, tick)
             rows += _evaluate(data.subset(test), params, dtype, 0)
         else:
             fit_data = data
-        params, platt, objs, hist = _fit_all(fit_data, inits, objective, opts, dtype)
+        params, platt, objs, hist = _fit_all(fit_data, inits, objective, opts, dtype, tick)
     heldout = None
     if rows:
         import polars as pl

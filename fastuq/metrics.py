@@ -165,10 +165,13 @@ def platt_oof_probabilities(
 
     Folds: ``sklearn.model_selection.StratifiedKFold(n_splits=n_folds, shuffle=True,
     random_state=seed)`` on the labels (one split for every column). For each fold and
-    column, a one-feature logistic regression of ``correct`` on the raw score is fitted on
-    the other folds, with scikit-learn's ``LogisticRegression(C=C)`` objective
+    column, the score is standardised with the training folds' mean and (population)
+    standard deviation, and a one-feature logistic regression of ``correct`` on it is fitted
+    on those folds with scikit-learn's ``LogisticRegression(C=C)`` objective
     ``0.5 w**2 + C sum_i logloss_i`` (L2 on the coefficient only, not the intercept;
-    ``C=None`` or ``inf``: unpenalized), and gives the held-out rows' probabilities. The fits
+    ``C=None`` or ``inf``: unpenalized) -- what ``make_pipeline(StandardScaler(),
+    LogisticRegression(C=C))`` fits -- and gives the held-out rows' probabilities. So the
+    result does not depend on the scale or offset of a score (``c x + b``, ``c > 0``). The fits
     of all folds and columns run together (Newton's method on the 2 parameters). All NaN,
     with an :class:`UndefinedMetricWarning`, when a class has fewer than 2 rows.
     """

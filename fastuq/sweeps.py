@@ -47,7 +47,9 @@ __all__ = [
     "PARAMS",
     "SWEEP_METRICS",
     "CVSummary",
+    "SauceData",
     "heatmap",
+    "load_sauce_data",
     "parse_values",
     "stratified_folds",
     "sweep",
@@ -100,19 +102,26 @@ class SauceData:
             self.protocols,
         )
 
-    def presets(self, overrides: Mapping[str, object] | None = None) -> dict[str, np.ndarray]:
+    def presets(
+        self,
+        overrides: Mapping[str, object] | None = None,
+        base: Mapping[str, Mapping[str, float]] | None = None,
+    ) -> dict[str, np.ndarray]:
         """Preset parameters per trajectory: name -> scalar (one protocol) or ``[N]``.
 
-        ``overrides`` (name -> value) replaces a parameter for every protocol; a protocol
-        without a preset needs every parameter overridden (ValueError otherwise).
+        ``overrides`` (name -> value) replaces a parameter for every protocol; ``base``
+        (protocol -> {name: value}, e.g. :func:`fastuq.fit.load_params`) replaces the preset
+        values of the protocols it names. A protocol without a preset needs every parameter
+        given (ValueError otherwise).
         """
         from ._registry import get_estimator
 
         est = get_estimator("sauce")
-        overrides = dict(overrides or {})
+        overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+        base = base or {}
         table = np.empty((len(self.protocols), len(PARAMS)))
         for k, proto in enumerate(self.protocols):
-            values = est.resolve(proto, overrides)
+            values = est.resolve(proto, {**base.get(proto, {}), **overrides})
             table[k] = [float(values[p]) for p in PARAMS]  # type: ignore[arg-type]
         dtype = self.agreement.dtype
         if len(self.protocols) == 1:
@@ -133,8 +142,10 @@ def _encode_protocols(values: Any, n: int) -> tuple[np.ndarray, tuple[str, ...]]
     return codes.astype(np.int32), tuple(str(s) for s in names)
 
 
-def _from_table(table, protocol: str | None, dtype: np.dtype, source: str, row0: int):
-    """Pack one Arrow table of canonical columns: ``(a, h, mask, labels|None, codes, names)``."""
+def _from_table(table, protocol: str | None, dtype: np.dtype, source: str, row0: int,
+                observation_noise: float | None = None, rows: np.ndarray | None = None):
+    """Pack one Arrow table of canonical columns: ``(a, h, mask, labels|None, codes, names)``.
+    ``observation_noise``: constant token entropy R_t for a table without token_entropy."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -145,11 +156,14 @@ def _from_table(table, protocol: str | None, dtype: np.dtype, source: str, row0:
     if "trajectory_id" not in table.column_names:
         ids = pa.array(np.arange(row0, row0 + table.num_rows).astype(str))
         table = table.append_column("trajectory_id", ids)
-    batch = Batch(table, source=source, row0=row0, dtype=dtype)
+    batch = Batch(table, source=source, row0=row0, rows=rows, dtype=dtype,
+                  observation_noise=observation_noise)
     for name in ("agreement", "token_entropy"):
         if not batch.has(name):
             raise ValueError(f"{source or 'corpus'}: no {name} column (SAUCE needs agreement "
-                             "and token_entropy)")
+                             "and token_entropy)" + ("; pass observation_noise=R (--observation-"
+                                                     "noise R) to run SAUCE on agreement alone"
+                                                     if name == "token_entropy" else ""))
     a, mask = batch.rounds("agreement")
     h, mask_h = batch.rounds("token_entropy")
     _same_rounds(batch, mask, mask_h, "token_entropy")
@@ -213,18 +227,32 @@ def load_sauce_data(
     labels: ArrayLike | None = None,
     dtype: str | np.dtype = "float32",
     chunk_rows: int = 1 << 18,
+    observation_noise: float | None = None,
+    on_error: str = "raise",
+    skipped: list | None = None,
+    progress: Callable[[int, int | None], None] | None = None,
 ) -> SauceData:
     """Read and validate a labelled corpus for sweeps and fits.
 
     Args:
       data: a corpus file (Parquet, JSONL, JSONL.gz; read through
         :func:`fastuq.readers.iter_chunks`), a pyarrow Table or Polars DataFrame of
-        canonical columns, or arrays ``(agreement [T, N], token_entropy [T, N],
-        round_mask [T, N], labels [N])`` (``labels`` may instead be passed as ``labels=``).
+        canonical columns, arrays ``(agreement [T, N], token_entropy [T, N],
+        round_mask [T, N], labels [N])`` (``labels`` may instead be passed as ``labels=``),
+        or a :class:`SauceData` this function returned (taken as is, cast to ``dtype``,
+        with ``protocol`` / ``labels`` overrides applied).
       protocol: preset for every trajectory (default: the ``protocol`` column; ``"debate"``
         for arrays); for arrays also one name per trajectory.
       labels: ``[N]`` correctness labels (overrides the ``correct`` column).
       dtype: ``"float32"`` or ``"float64"``.
+      observation_noise: constant R_t (token entropy) for corpora without token entropy
+        (SAUCE on agreement alone), as ``fastuq score --observation-noise``.
+      on_error, skipped: files and tables only. ``"raise"`` (default): the first bad record
+        is a ValueError. ``"skip"``: records that :func:`fastuq.score` would skip (it does
+        the validation: :func:`fastuq._score.iter_scores`), and records without a label,
+        are left out and appended to ``skipped`` (a caller-owned list of
+        :class:`fastuq._score.Skipped`).
+      progress: called as ``progress(rows_done, rows_total_or_None)`` after each chunk read.
 
     Raises:
       ValueError: invalid measurements (naming trajectory, round and field), missing labels
@@ -233,16 +261,39 @@ def load_sauce_data(
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64):
         raise ValueError(f"dtype must be float32 or float64, got {dtype}")
-    if isinstance(data, (str, os.PathLike)):
-        from .readers import iter_chunks
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    if on_error == "skip" and skipped is None:
+        raise ValueError("on_error='skip' needs a list to collect the skipped records")
+    if observation_noise is not None and not (
+        math.isfinite(observation_noise) and observation_noise >= 0
+    ):
+        raise ValueError(f"observation noise must be finite and >= 0, got {observation_noise}")
+    if isinstance(data, SauceData):
+        return _from_sauce_data(data, protocol, labels, dtype)
+    if on_error == "skip" and (isinstance(data, (str, os.PathLike)) or _is_table(data)):
+        if protocol is not None and not isinstance(protocol, str):
+            raise ValueError("with a corpus, protocol must be one name (or None)")
+        parts = _skipping_parts(data, protocol, dtype, chunk_rows, observation_noise,
+                                labels is None, skipped, progress)
+        if not parts:
+            raise ValueError(f"{data if isinstance(data, (str, os.PathLike)) else 'corpus'}: "
+                             f"no record left to use ({len(skipped)} skipped)")
+        a, h, mask, y, codes, names = _merge(parts)
+    elif isinstance(data, (str, os.PathLike)):
+        from .readers import count_rows, iter_chunks
 
         if protocol is not None and not isinstance(protocol, str):
             raise ValueError("with a corpus file, protocol must be one name (or None)")
+        total = count_rows(data) if progress is not None else None
         parts = []
         for chunk in iter_chunks(data, columns=[], chunk_rows=chunk_rows, optional_columns=[
                 "agreement", "token_entropy", "protocol", "correct"]):
             parts.append(_from_table(chunk.table, protocol, dtype, chunk.source,
-                                     chunk.source_row0))
+                                     chunk.source_row0, observation_noise))
+            if progress is not None:
+                progress(chunk.source_row0 + chunk.table.num_rows
+                         if total is None else sum(p[0].shape[1] for p in parts), total)
         if not parts:
             raise ValueError(f"{data}: the corpus is empty")
         a, h, mask, y, codes, names = _merge(parts)
@@ -250,7 +301,8 @@ def load_sauce_data(
         table = data.to_arrow() if hasattr(data, "to_arrow") else data
         if protocol is not None and not isinstance(protocol, str):
             raise ValueError("with a table, protocol must be one name (or None)")
-        a, h, mask, y, codes, names = _merge([_from_table(table, protocol, dtype, "", 0)])
+        a, h, mask, y, codes, names = _merge([_from_table(table, protocol, dtype, "", 0,
+                                                          observation_noise)])
     else:
         a, h, mask, y, codes, names = _from_arrays(data, protocol, dtype)
     if labels is not None:
@@ -262,6 +314,73 @@ def load_sauce_data(
     if a.shape[1] == 0:
         raise ValueError("no trajectories")
     return SauceData(a, h, mask, y, codes, names)
+
+
+def _skipping_parts(data, protocol, dtype, chunk_rows, observation_noise, need_labels,
+                    skipped, progress) -> list:
+    """Packed chunks of ``data`` with bad records left out (appended to ``skipped``).
+
+    The records are validated by :func:`fastuq._score.iter_scores` with ``on_error="skip"``
+    (the checks ``fastuq score --on-error skip`` makes, SAUCE's included); with
+    ``need_labels``, records whose ``correct`` is null are skipped too."""
+    import pyarrow as pa
+
+    from ._score import Skipped, iter_scores
+    from .readers import count_rows
+
+    if _is_table(data) and hasattr(data, "to_arrow"):
+        data = data.to_arrow()
+    total = count_rows(data) if progress is not None else None
+    parts = []
+    done = 0
+    for batch, _ in iter_scores(data, methods=("sauce",), protocol=protocol, dtype=dtype,
+                                backend="numpy", chunk_rows=chunk_rows,
+                                observation_noise=observation_noise, on_error="skip",
+                                skipped=skipped):
+        table = batch.table
+        # Source row of every kept record (the batch's names carry them).
+        rows = getattr(batch.labels, "_rows", None)
+        if rows is None:
+            rows = np.arange(batch.row0, batch.row0 + batch.n)
+        if need_labels:
+            if "correct" not in table.column_names:
+                raise ValueError(f"{batch.source or 'corpus'}: no correct column (labels); "
+                                 "sweeps and fits need them")
+            null = table.column("correct").is_null().to_numpy(zero_copy_only=False)
+            if null.any():
+                for k in np.flatnonzero(null):
+                    tid = batch.ids[int(k)].as_py()
+                    skipped.append(Skipped(batch.source, int(rows[k]),
+                                           None if tid is None else str(tid),
+                                           f"{batch.source}: row {int(rows[k])}: trajectory "
+                                           f"{tid!r}: no label (field correct)"))
+                table = table.filter(pa.array(~null))
+                rows = rows[~null]
+        if table.num_rows:
+            parts.append(_from_table(table, protocol, dtype, batch.source, batch.row0,
+                                     observation_noise, rows))
+        done += batch.n
+        if progress is not None:
+            progress(done + len(skipped), total)
+    return parts
+
+
+def _from_sauce_data(data: SauceData, protocol, labels, dtype: np.dtype) -> SauceData:
+    """``data`` (already validated by :func:`load_sauce_data`) in ``dtype``, with
+    ``protocol`` and ``labels`` overrides applied; arrays are shared when nothing changes."""
+    n = data.n
+    codes, names = data.protocol_codes, data.protocols
+    if protocol is not None:
+        codes, names = _encode_protocols(protocol, n)
+    y = data.labels if labels is None else _as_labels(labels, n)
+    return SauceData(
+        data.agreement.astype(dtype, copy=False),
+        data.token_entropy.astype(dtype, copy=False),
+        data.round_mask,
+        y,
+        codes,
+        names,
+    )
 
 
 def _is_table(data: Any) -> bool:
@@ -424,14 +543,15 @@ def _vmapped_scan(names: tuple[str, ...]) -> Callable:
 
 
 def _make_scorer(
-    data: SauceData, names: tuple[str, ...], dtype: np.dtype, chunk: int
+    data: SauceData, names: tuple[str, ...], dtype: np.dtype, chunk: int,
+    base: Mapping[str, Mapping[str, float]] | None = None,
 ) -> _Scorer:
     import jax.numpy as jnp
 
     from ._runtime import x64_scope
 
     overrides = {k: 0.5 for k in names}  # placeholders, so presets resolve for every protocol
-    fixed = data.presets(overrides)
+    fixed = data.presets(overrides, base)
     with x64_scope(dtype):
         arrays = tuple(jnp.asarray(x) for x in (data.agreement, data.token_entropy,
                                                 data.round_mask))
@@ -490,15 +610,20 @@ def _rank_block(labels, x, metrics, points, names, **kwargs):
         raise ValueError(f"grid point ({point}) gives non-finite scores") from None
 
 
-def _preset_scores(data: SauceData, dtype: np.dtype) -> np.ndarray | None:
-    """SAUCE scores ``[N]`` with every trajectory's protocol preset (None: no preset)."""
+def _preset_scores(
+    data: SauceData, dtype: np.dtype, base: Mapping[str, Mapping[str, float]] | None = None
+) -> np.ndarray | None:
+    """SAUCE scores ``[N]`` with every trajectory's protocol preset, or ``base``'s values
+    where it names the protocol (None: a protocol has neither)."""
     from ._registry import SAUCE_PRESETS
     from ._runtime import x64_scope
     from .kernels.sauce import SauceParams, sauce_scan
 
-    if any(p not in SAUCE_PRESETS for p in data.protocols):
+    base = base or {}
+    if any(p not in SAUCE_PRESETS and set(base.get(p, {})) != set(PARAMS)
+           for p in data.protocols):
         return None
-    params = data.presets()
+    params = data.presets(None, base)
     with x64_scope(dtype):
         out = sauce_scan(data.agreement, data.token_entropy, data.round_mask,
                          SauceParams(*(params[p] for p in PARAMS)))["score"]
@@ -543,14 +668,20 @@ def sweep(
     select: str | None = None,
     threads: int | None = None,
     seed: int = 0,
+    params: Mapping[str, Mapping[str, float]] | None = None,
+    observation_noise: float | None = None,
+    on_error: str = "raise",
+    skipped: list | None = None,
+    progress: Callable[[int, int | None], None] | None = None,
 ):
     """Exact metrics of SAUCE for every point of a parameter grid.
 
     Args:
       corpus_or_arrays: a corpus file (Parquet/JSONL/JSONL.gz with ``agreement``,
         ``token_entropy``, ``correct`` and ``protocol``), a pyarrow Table / Polars DataFrame
-        of those columns, or arrays ``(agreement [T, N], token_entropy [T, N],
-        round_mask [T, N], labels [N])`` (see :func:`load_sauce_data`).
+        of those columns, arrays ``(agreement [T, N], token_entropy [T, N],
+        round_mask [T, N], labels [N])``, or the :class:`SauceData` that
+        :func:`load_sauce_data` returns (load once, sweep many times).
       grid: parameter name -> list of values, names from :data:`PARAMS`. The grid is the
         Cartesian product (first name varies slowest). Parameters not in the grid come from
         each trajectory's protocol preset (per trajectory for mixed corpora).
@@ -568,6 +699,12 @@ def sweep(
       select: the selection metric for ``folds`` (default ``metrics[0]``).
       threads: host threads ranking score rows (default: the usable cores, at most 8).
       seed: fold seed.
+      params: protocol -> {name: value} (e.g. :func:`fastuq.fit.load_params` of a
+        ``fastuq fit -o`` file): the values of parameters not in the grid, and of the
+        reference row reported as ``preset``, for the protocols it names (others keep
+        their preset). Unknown names raise ValueError.
+      observation_noise, on_error, skipped: as :func:`load_sauce_data`.
+      progress: called as ``progress(points_done, points_total)`` after each block.
 
     Returns:
       a ``polars.DataFrame`` with one row per grid point, in grid order: the swept
@@ -594,7 +731,10 @@ def sweep(
         raise ValueError(f"select={select!r} must be one of the metrics {list(metrics)}")
     names, points = _grid_points(grid)
     dtype = np.dtype(dtype)
-    data = load_sauce_data(corpus_or_arrays, protocol=protocol, labels=labels, dtype=dtype)
+    base = _check_base(params)
+    data = load_sauce_data(corpus_or_arrays, protocol=protocol, labels=labels, dtype=dtype,
+                           observation_noise=observation_noise, on_error=on_error,
+                           skipped=skipped)
     n, g_total = data.n, points.shape[0]
     if chunk_points is None:
         chunk_points = max(1, BLOCK_ELEMENTS // n)
@@ -609,7 +749,7 @@ def sweep(
     fold = None if folds is None else stratified_folds(data.labels, folds, seed)
     train = None if fold is None else [fold != f for f in range(int(folds))]
 
-    scorer = _make_scorer(data, names, dtype, chunk)
+    scorer = _make_scorer(data, names, dtype, chunk, base)
     results = {m: np.full(g_total, np.nan) for m in metrics}
     train_sel = None if fold is None else np.full((g_total, int(folds)), np.nan)
     for start, block_points, x in _blocks(scorer, points):
@@ -621,8 +761,10 @@ def sweep(
         if parts is not None:
             train_sel[start:start + g] = parts[select]
         del x
+        if progress is not None:
+            progress(start + g, g_total)
 
-    preset_x = _preset_scores(data, dtype)
+    preset_x = _preset_scores(data, dtype, base)
     preset = None
     if preset_x is not None:
         full, _ = rank_metrics_rows(data.labels, preset_x[None], metrics, threads=threads)
@@ -640,6 +782,24 @@ def sweep(
     table.preset = preset
     table.cv = cv
     return table
+
+
+def _check_base(params) -> dict[str, dict[str, float]] | None:
+    """Validate per-protocol base parameters ``protocol -> {name: value}``."""
+    if params is None:
+        return None
+    if not isinstance(params, Mapping):
+        raise ValueError("params must map protocol names to {parameter: value} mappings")
+    out = {}
+    for proto, values in params.items():
+        if not isinstance(values, Mapping):
+            raise ValueError(f"params[{proto!r}] must be a mapping of parameter values")
+        bad = [k for k in values if k not in PARAMS]
+        if bad:
+            raise ValueError(f"params[{proto!r}] has unknown parameter(s) {bad}; known: "
+                             f"{list(PARAMS)}")
+        out[str(proto)] = {k: float(v) for k, v in values.items()}
+    return out
 
 
 def _cv_summary(scorer, data, names, points, fold, train_sel, all_sel, select, preset_x,

@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import brier_score_loss, roc_auc_score
 from sklearn.model_selection import StratifiedKFold
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 
 import fastuq._metrics_rank as rank_mod
 from fastuq.metrics import (
@@ -108,7 +110,10 @@ def sklearn_oof(y, x, *, C=1.0, seed=0, tol=1e-10):
     out = np.empty(len(y))
     xx = np.asarray(x, np.float64)[:, None]
     for train, test in skf.split(xx, y):
-        lr = LogisticRegression(C=np.inf if C is None else C, tol=tol, max_iter=10_000)
+        # DESIGN.md: the score is standardised with the training fold's mean and std.
+        lr = make_pipeline(StandardScaler(),
+                           LogisticRegression(C=np.inf if C is None else C, tol=tol,
+                                              max_iter=10_000))
         lr.fit(xx[train], y[train])
         out[test] = lr.predict_proba(xx[test])[:, 1]
     return out
