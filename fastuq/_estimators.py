@@ -142,7 +142,7 @@ def _run_node(batch: Batch, name: str, backend: str, mask: np.ndarray, **inputs)
 
     kernel = get_estimator(name).kernel(backend)  # node_baselines or node_baselines_numpy
     if backend == "numpy":
-        return kernel(mask, *[inputs.get(k) for k in _NODE_INPUTS], fields=(name,))[name]
+        return kernel(*[inputs.get(k) for k in _NODE_INPUTS], mask, fields=(name,))[name]
     present = tuple(k for k in _NODE_INPUTS if k in inputs)
     batched = [(mask, 1, False)] + [(inputs[k], 1, 0.0) for k in present]
     return run_bucketed(_node_call, batched, batch.n, batch.dtype, present=present,
@@ -158,7 +158,7 @@ def _node_call(mask, *arrays, present: tuple[str, ...], fields: tuple[str, ...])
     from .kernels.baselines import node_baselines
 
     given = dict(zip(present, arrays, strict=True))
-    return node_baselines(mask, *[given.get(k) for k in _NODE_INPUTS], fields=fields)
+    return node_baselines(*[given.get(k) for k in _NODE_INPUTS], mask, fields=fields)
 
 
 def run_node_baseline(name: str):
@@ -171,16 +171,59 @@ def run_node_baseline(name: str):
     return run
 
 
+def team_sizes(batch: Batch, agreement: np.ndarray, round_mask: np.ndarray) -> np.ndarray | None:
+    """``[N]`` team size per trajectory where its agreement is a fraction of the team, else 0.
+
+    The canonical agreement is a vote count over ``n_agents`` (DESIGN.md); where every
+    executed round's ``M_t n`` lies within float rounding of an integer, the round
+    statistics are computed from those integers so that equal true values give equal
+    floats. A corpus without ``n_agents`` (or a trajectory whose agreement is not such a
+    fraction) keeps ``M_t`` as given. ``None`` when no trajectory qualifies.
+    """
+    if not batch.has("n_agents"):
+        return None
+    n = batch.column("n_agents").to_numpy(zero_copy_only=False)
+    n = np.nan_to_num(np.asarray(n, np.float64), nan=0.0)
+    tol = 1e-9 if agreement.dtype == np.float64 else 1e-5
+    with np.errstate(invalid="ignore"):
+        scaled = np.asarray(agreement, np.float64) * n
+        off = np.abs(scaled - np.rint(scaled))
+    bad = (round_mask & ~(off <= tol * np.maximum(n, 1))).any(axis=0)
+    team = np.where((n > 0) & ~bad, n, 0.0)
+    return team if team.any() else None
+
+
 def _round_baseline(batch: Batch, name: str, backend: str) -> np.ndarray:
+    from ._registry import get_estimator
+
     a, mask = batch.rounds("agreement")
-    inputs = [(a, 1, 0.0), (mask, 1, False)]
     h = None
     if name == "weighted_agreement":
         h, mask_h = batch.rounds("token_entropy")
         _same_rounds(batch, mask, mask_h, "token_entropy")
-        inputs.append((h, 1, 0.0))
     validate_rounds(a, h, mask, batch.labels)
-    return _run(batch, name, backend, (name,), inputs)[name]
+    team = team_sizes(batch, a, mask)
+    if backend == "numpy":
+        kernel = get_estimator(name).kernel(backend)
+        return kernel(a, h, mask, team_size=team, fields=(name,))[name]
+    batched = [(a, 1, 0.0), (mask, 1, False)]
+    if h is not None:
+        batched.append((h, 1, 0.0))
+    if team is not None:
+        batched.append((team.astype(batch.dtype), 0, 0.0))
+    return run_bucketed(_round_call, batched, batch.n, batch.dtype, has_entropy=h is not None,
+                        has_team=team is not None, fields=(name,))[name]
+
+
+def _round_call(a, mask, *rest, has_entropy: bool, has_team: bool, fields: tuple[str, ...]):
+    """``round_baselines`` with the optional inputs passed positionally (a stable function,
+    so compiled wrappers are cached)."""
+    from .kernels.baselines import round_baselines
+
+    rest = list(rest)
+    h = rest.pop(0) if has_entropy else None
+    team = rest.pop(0) if has_team else None
+    return round_baselines(a, h, mask, team_size=team, fields=fields)
 
 
 def run_round_baseline(name: str):

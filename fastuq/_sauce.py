@@ -105,11 +105,13 @@ def lambda_kalman_forward(
             raise ValueError(f"R_values[{t}] must be >= 0, got {r_t}")
         mu_pred = lam * mu
         p_minus = lam * lam * sigma2 + q
-        s_t = p_minus + r_t + GAIN_EPS
+        r_eff = r_t + GAIN_EPS
+        s_t = p_minus + r_eff
         k_t = p_minus / s_t
         nu_t = m_t - mu_pred
         mu = mu_pred + k_t * nu_t
-        sigma2 = max((1.0 - k_t) * p_minus, VARIANCE_FLOOR)
+        # (1 - K_t) * P written so that it cannot cancel when P >> R_t.
+        sigma2 = max(p_minus * r_eff / s_t, VARIANCE_FLOOR)
         rounds.append(
             {"round_index": t, "mu": mu, "sigma2": sigma2, "S_t": s_t, "K_t": k_t, "nu_t": nu_t}
         )

@@ -50,7 +50,7 @@ def available_methods(batch: Batch) -> tuple[str, ...]:
 #: Corpus columns each packed input is built from: the column itself, else the ones it is
 #: derived from (agreement from parsed answers, token entropy from top-k log-probabilities).
 _INPUT_COLUMNS = {
-    "agreement": ("agreement",),
+    "agreement": ("agreement", "n_agents"),  # n_agents: vote counts, so ties stay ties
     "round_mask": ("agreement",),
     "token_entropy": ("token_entropy",),
     "seq_logprob": ("seq_logprob", "n_agents", "predecessors"),

@@ -10,7 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given
+from _references import node_baselines_exact, round_baselines_exact
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastuq.kernels import baselines as B
@@ -50,16 +51,16 @@ def _round_batch(seed, shape=ROUND_SHAPE):
 
 def _node_jax(mask, lp, ntok, ent, dtype, fields=NODE_ALL):
     out = B.node_baselines(
-        jnp.asarray(mask), jnp.asarray(lp.astype(dtype)), jnp.asarray(ntok),
-        jnp.asarray(ent.astype(dtype)), fields=fields,
+        jnp.asarray(lp.astype(dtype)), jnp.asarray(ntok), jnp.asarray(ent.astype(dtype)),
+        jnp.asarray(mask), fields=fields,
     )
     return {k: np.asarray(v) for k, v in out.items()}
 
 
-def _round_jax(mask, agreement, entropy, dtype, fields=ROUND_ALL):
+def _round_jax(mask, agreement, entropy, dtype, fields=ROUND_ALL, team=None):
     out = B.round_baselines(
-        jnp.asarray(agreement.astype(dtype)), jnp.asarray(mask),
-        jnp.asarray(entropy.astype(dtype)), fields=fields,
+        jnp.asarray(agreement.astype(dtype)), jnp.asarray(entropy.astype(dtype)),
+        jnp.asarray(mask), fields=fields, team_size=team,
     )
     return {k: np.asarray(v) for k, v in out.items()}
 
@@ -79,7 +80,7 @@ def test_node_baselines_jit_match_numpy_twin_on_random_ragged_batches(seed):
     mask, lp, ntok, ent = _node_batch(seed)
     for dtype in (np.float64, np.float32):
         want = B.node_baselines_numpy(
-            mask, lp.astype(dtype), ntok, ent.astype(dtype), fields=NODE_ALL
+            lp.astype(dtype), ntok, ent.astype(dtype), mask, fields=NODE_ALL
         )
         with jax.enable_x64(dtype == np.float64):
             got = _node_jax(mask, lp, ntok, ent, dtype)
@@ -91,7 +92,7 @@ def test_round_baselines_jit_match_numpy_twin_on_random_ragged_batches(seed):
     mask, agreement, entropy = _round_batch(seed)
     for dtype in (np.float64, np.float32):
         want = B.round_baselines_numpy(
-            agreement.astype(dtype), mask, entropy.astype(dtype), fields=ROUND_ALL
+            agreement.astype(dtype), entropy.astype(dtype), mask, fields=ROUND_ALL
         )
         with jax.enable_x64(dtype == np.float64):
             got = _round_jax(mask, agreement, entropy, dtype)
@@ -141,7 +142,7 @@ def test_hand_worked_node_baselines_last_round_and_all_nodes():
     mte = (0.3 + 0.6 + 0.9 + 0.2 + 0.4) / 5  # 0.48
     with jax.enable_x64(True):
         got = _node_jax(mask, lp, ntok, ent, np.float64)
-    want = B.node_baselines_numpy(mask, lp, ntok, ent, fields=NODE_ALL)
+    want = B.node_baselines_numpy(lp, ntok, ent, mask, fields=NODE_ALL)
     for out in (got, want):
         assert out["msp_final"][0] == pytest.approx(msp, abs=1e-14)
         assert out["perplexity_final"][0] == pytest.approx(ppl, abs=1e-14)
@@ -159,7 +160,7 @@ def test_hand_worked_round_baselines_seed_trajectory():
     weighted = -((2 / 3) / 0.4 + 1 / 0.2 + 1 / 0.1) / (1 / 0.4 + 1 / 0.2 + 1 / 0.1)
     with jax.enable_x64(True):
         got = _round_jax(mask, agreement, entropy, np.float64)
-    want = B.round_baselines_numpy(agreement, mask, entropy, fields=ROUND_ALL)
+    want = B.round_baselines_numpy(agreement, entropy, mask, fields=ROUND_ALL)
     for out in (got, want):
         assert out["last_agreement"][0] == last
         assert out["mean_agreement"][0] == pytest.approx(mean, abs=1e-15)
@@ -267,14 +268,166 @@ def test_second_call_with_same_shapes_does_not_recompile():
 def test_missing_input_or_unknown_field_raises():
     mask, lp, _, _ = _node_batch(9)
     with pytest.raises(ValueError, match="perplexity_final needs n_tokens"):
-        B.node_baselines(jnp.asarray(mask), jnp.asarray(lp), fields=("perplexity_final",))
+        B.node_baselines(jnp.asarray(lp), None, None, jnp.asarray(mask),
+                         fields=("perplexity_final",))
     with pytest.raises(ValueError, match="needs n_tokens"):
-        B.node_baselines_numpy(mask, lp, fields=("perplexity_final",))
+        B.node_baselines_numpy(lp, None, None, mask, fields=("perplexity_final",))
     with pytest.raises(ValueError, match="unknown node baseline"):
-        B.node_baselines_numpy(mask, lp, fields=("nope",))
+        B.node_baselines_numpy(lp, None, None, mask, fields=("nope",))
     r_mask, agreement, _ = _round_batch(9)
     with pytest.raises(ValueError, match="weighted_agreement needs token_entropy"):
-        B.round_baselines(jnp.asarray(agreement), jnp.asarray(r_mask),
+        B.round_baselines(jnp.asarray(agreement), None, jnp.asarray(r_mask),
                           fields=("weighted_agreement",))
     with pytest.raises(ValueError, match="unknown round baseline"):
-        B.round_baselines_numpy(agreement, r_mask, fields=("nope",))
+        B.round_baselines_numpy(agreement, None, r_mask, fields=("nope",))
+
+
+# ---------------------------------------------------------------------------------------
+# Drawn shapes against the exact reference (tests/_references.py), ties, slot order
+
+
+@st.composite
+def _node_case(draw):
+    t = draw(st.integers(1, 6))
+    n = draw(st.integers(1, 5))
+    a = draw(st.integers(1, 9))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    mask = rng.random((t, n, a)) < draw(st.sampled_from([0.3, 0.8, 1.0]))
+    lp = -rng.exponential(3.0, (t, n, a)) * (rng.random((t, n, a)) > 0.1)  # zeros too
+    ntok = rng.integers(1, 60, (t, n, a))
+    ent = rng.exponential(0.5, (t, n, a)) * (rng.random((t, n, a)) > 0.2)
+    lp[~mask], ent[~mask] = np.nan, np.nan
+    return mask, lp, ntok, ent
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=_node_case())
+def test_node_baselines_match_exact_reference_on_drawn_shapes(case):
+    mask, lp, ntok, ent = case
+    fields = ("msp_final", "perplexity_final", "mean_token_entropy")
+    want = {f: [] for f in fields}
+    for k in range(mask.shape[1]):
+        ref = node_baselines_exact(lp[:, k].tolist(), ntok[:, k].tolist(), ent[:, k].tolist(),
+                                   mask[:, k].tolist())
+        for f in fields:
+            want[f].append(ref[f])
+    twin = B.node_baselines_numpy(lp, ntok, ent, mask, fields=fields)
+    with jax.enable_x64(True):
+        got = _node_jax(mask, lp, ntok, ent, np.float64, fields=fields)
+    with jax.enable_x64(False):
+        got32 = _node_jax(mask, lp, ntok, ent, np.float32, fields=fields)
+    for f in fields:
+        np.testing.assert_allclose(got[f], want[f], rtol=1e-13, atol=1e-13, err_msg=f)
+        np.testing.assert_allclose(twin[f], want[f], rtol=1e-13, atol=1e-13, err_msg=f)
+        np.testing.assert_allclose(got32[f], want[f], rtol=2e-6, atol=1e-6, err_msg=f)
+
+
+@st.composite
+def _round_case(draw):
+    t = draw(st.integers(1, 12))
+    n = draw(st.integers(1, 6))
+    team = draw(st.integers(1, 12))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    mask = np.arange(t)[:, None] < rng.integers(0, t + 1, n)[None, :]
+    agreement = rng.integers(0, team + 1, (t, n)) / team
+    entropy = rng.exponential(0.5, (t, n)) * (rng.random((t, n)) > 0.2)
+    agreement[~mask], entropy[~mask] = np.nan, np.nan
+    return mask, agreement, entropy, team
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=_round_case(), with_team=st.booleans())
+def test_round_baselines_match_exact_reference_on_drawn_shapes(case, with_team):
+    mask, agreement, entropy, team = case
+    n = mask.shape[1]
+    team_size = np.full(n, float(team)) if with_team else None
+    want = {f: [] for f in ("last_agreement", "mean_agreement", "weighted_agreement")}
+    for k in range(n):
+        rounds = mask[:, k]
+        if not rounds.any():
+            for f in want:
+                want[f].append(np.nan)
+            continue
+        ref = round_baselines_exact(agreement[rounds, k].tolist(), entropy[rounds, k].tolist(),
+                                    team if with_team else None)
+        for f in want:
+            want[f].append(ref[f])
+    fields = tuple(want)
+    twin = B.round_baselines_numpy(agreement, entropy, mask, team_size=team_size, fields=fields)
+    with jax.enable_x64(True):
+        got = _round_jax(mask, agreement, entropy, np.float64, fields, team_size)
+    with jax.enable_x64(False):
+        got32 = _round_jax(mask, agreement, entropy, np.float32, fields, team_size)
+    for f in fields:
+        # With a team size, mean and last agreement are one correctly rounded division of
+        # integers: exactly the reference, in both dtypes.
+        if with_team and f != "weighted_agreement":
+            np.testing.assert_array_equal(got[f], want[f], err_msg=f)
+            np.testing.assert_array_equal(twin[f], want[f], err_msg=f)
+            np.testing.assert_array_equal(got32[f], np.float32(want[f]), err_msg=f)
+        np.testing.assert_allclose(got[f], want[f], rtol=1e-13, atol=1e-13, err_msg=f)
+        np.testing.assert_allclose(twin[f], want[f], rtol=1e-13, atol=1e-13, err_msg=f)
+        np.testing.assert_allclose(got32[f], want[f], rtol=2e-6, atol=2e-6, err_msg=f)
+
+
+def test_tied_mean_and_weighted_agreement_are_equal_floats():
+    # Three trajectories with true mean agreement 4/5 (team of 5): plain float sums give
+    # -0.7999999999999999 / -0.8000000000000002 and turn this tie into an ordering.
+    agreement = np.array([[0.4, 0.6, 0.8], [1.0, 0.8, 0.8], [1.0, 1.0, 0.8]])
+    entropy = np.full((3, 3), 0.3)  # equal weights: weighted agreement is the mean too
+    mask = np.ones((3, 3), bool)
+    team = np.full(3, 5.0)
+    for dtype in (np.float64, np.float32):
+        want = dtype(-0.8)  # the float nearest -4/5
+        twin = B.round_baselines_numpy(agreement.astype(dtype), entropy.astype(dtype), mask,
+                                       team_size=team, fields=ROUND_ALL)
+        with jax.enable_x64(dtype == np.float64):
+            got = _round_jax(mask, agreement, entropy, dtype, team=team)
+        for out in (twin, got):
+            assert out["mean_agreement"].tolist() == [want] * 3
+            assert out["weighted_agreement"].tolist() == [want] * 3
+
+
+def test_tied_agreement_gets_tied_scores_through_the_engine():
+    import pyarrow as pa
+
+    import fastuq
+
+    rows = [
+        {"trajectory_id": f"t{i}", "protocol": "debate", "n_agents": 5, "agreement": a,
+         "token_entropy": [0.2] * 3}
+        for i, a in enumerate([[0.4, 1, 1], [0.6, 0.8, 1], [0.8, 0.8, 0.8], [0.2, 1, 1]])
+    ]
+    table = pa.Table.from_pylist(rows)
+    for backend in ("jax", "numpy"):
+        for dtype in ("float64", "float32"):
+            out = fastuq.score(table, "mean_agreement,weighted_agreement", backend=backend,
+                               dtype=dtype)
+            for name in ("mean_agreement", "weighted_agreement"):
+                col = out[name].to_numpy()
+                assert col[0] == col[1] == col[2] == np.float64(np.dtype(dtype).type(-0.8))
+                assert col[3] > col[0]  # 11/15 < 4/5: less agreement, more uncertainty
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), width=st.sampled_from([1, 2, 3, 4, 5, 7, 8]))
+def test_slot_sums_do_not_depend_on_slot_padding_or_batch_size(seed, width):
+    rng = np.random.default_rng(seed)
+    x = -rng.exponential(3.0, (3, 37, width)) * 10.0 ** rng.integers(-8, 8, (3, 37, width))
+    mask = rng.random(x.shape) < 0.8
+    padded = np.concatenate([x, np.full((3, 37, 16 - width), np.nan)], axis=2)
+    p_mask = np.concatenate([mask, np.zeros((3, 37, 16 - width), bool)], axis=2)
+    with jax.enable_x64(True):
+        a = _node_jax(mask, x, np.ones(x.shape, int), -x, np.float64)
+        b = _node_jax(p_mask, padded, np.ones(padded.shape, int), -padded, np.float64)
+        c = _node_jax(mask[:, :5], x[:, :5], np.ones((3, 5, width), int), -x[:, :5],
+                      np.float64)
+    twin = B.node_baselines_numpy(padded, np.ones(padded.shape, int), -padded, p_mask,
+                                  fields=NODE_ALL)
+    for name in NODE_ALL:
+        assert np.array_equal(a[name], b[name], equal_nan=True), name
+        assert np.array_equal(a[name][:5], c[name], equal_nan=True), name
+        if name == "perplexity_final":  # exp: XLA's and NumPy's differ in the last bit
+            np.testing.assert_allclose(twin[name], a[name], rtol=1e-14)
+        else:  # the same additions in the same order: the same bits
+            assert np.array_equal(twin[name], a[name], equal_nan=True), name

@@ -1,6 +1,7 @@
 """The per-trajectory SAUCE API (fastuq._sauce): worked examples and every error case."""
 
 import math
+from fractions import Fraction
 
 import pytest
 
@@ -13,18 +14,21 @@ def test_worked_example_debate_seed_number():
 
 
 def _hand_filter(obs, noise, lam, q, s2, mu):
-    """The update of papers/sauce.md written out independently, round by round."""
+    """The update of papers/sauce.md written out independently, round by round, in exact
+    rational arithmetic (so the textbook ``(1 - K) P`` is exact here), rounded at the end."""
+    F = Fraction
+    lam, q, s2, mu = F(lam), F(q), F(s2), F(mu)
     mus, rounds = [], []
     for m, h in zip(obs, noise, strict=True):
-        r = max(h, 1e-8)
+        r = max(F(h), F(1e-8))
         mp = lam * mu
         p = lam**2 * s2 + q
-        s = p + r + 1e-8
+        s = p + r + F(1e-8)
         k = p / s
-        mu = mp + k * (m - mp)
-        s2 = max((1 - k) * p, 1e-15)
-        mus.append(mu)
-        rounds.append((mu, s2, k, s, m - mp))
+        mu = mp + k * (F(m) - mp)
+        s2 = max((1 - k) * p, F(1e-15))
+        mus.append(float(mu))
+        rounds.append(tuple(float(x) for x in (mu, s2, k, s, F(m) - mp)))
     return mus, rounds
 
 
@@ -70,10 +74,12 @@ def test_sauce_score_equals_sauce_and_presets():
 
 def test_lambda_kalman_forward_uses_R_as_given():
     out = fastuq.lambda_kalman_forward([1.0], [0.0], lam=1.0, q=0.0, sigma2_0=1.0, mu_0=0.0)
-    # K = 1 / (1 + 0 + 1e-8); variance (1 - K) * 1 is ~1e-8, above the floor.
+    # K = 1 / (1 + 0 + 1e-8); variance (1 - K) * 1 = 1e-8 / (1 + 1e-8), above the floor.
+    # (Computed as 1 - K in floats this cancels: 1 - 1/(1 + 1e-8) is off by 7e-17, 7e-9
+    # relative; the filter must not lose those digits.)
     k = 1 / (1 + 1e-8)
     assert out["final_mu"] == pytest.approx(k, abs=1e-15)
-    assert out["final_sigma2"] == pytest.approx(1 - k, abs=1e-20)
+    assert out["final_sigma2"] == pytest.approx(1e-8 / (1 + 1e-8), rel=1e-15)
 
 
 def test_variance_floor_applies():
