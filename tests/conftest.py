@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from importlib import metadata
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -31,6 +32,9 @@ settings.register_profile("dev", max_examples=15, deadline=None)
 settings.load_profile(os.environ.get("FASTUQ_HYPOTHESIS", "ci"))
 
 os.environ["PYTHONSAFEPATH"] = "1"  # inherited by every subprocess the tests start
+
+# Test-only references (tests/_references.py, ...) import by name under --import-mode=importlib.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 #: The checkout these tests belong to (used only to tell an install of it apart from others;
 #: no test reads package files through this path).

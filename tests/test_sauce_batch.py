@@ -76,9 +76,14 @@ def test_second_batch_of_same_bucket_does_not_recompile():
 
 
 def test_float64_does_not_change_global_jax_config():
-    assert not jax.config.jax_enable_x64
+    # Whatever the user's setting (JAX_ENABLE_X64 may be on), a float64 call leaves it as is.
+    for setting in (False, True):
+        with jax.enable_x64(setting):
+            fastuq.sauce_batch([[0.5]], [[0.1]], dtype=np.float64)
+            assert jax.config.jax_enable_x64 == setting
+    before = jax.config.jax_enable_x64
     fastuq.sauce_batch([[0.5]], [[0.1]], dtype=np.float64)
-    assert not jax.config.jax_enable_x64
+    assert jax.config.jax_enable_x64 == before
 
 
 def test_per_trajectory_parameters_and_protocols():
