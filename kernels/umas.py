@@ -32,6 +32,10 @@ receiver (``c_dyn[j] > c_dyn[i]``) gives ``w_ji < 0``, ``sigmoid < 1/2``, hence 
 ``w_i`` (the node follows its new output); unreliable peers pull ``w_i`` towards 0 (the node
 keeps its history).
 
+Computed without cancellation: ``w_i = mean sigmoid(-w_ji)`` and ``1 - w_i = mean
+sigmoid(w_ji)`` (the same numbers; see :func:`_sigmoid_pair`), so ``c_dyn`` is a sum of two
+terms of one sign. Float32 then stays within ``4 (T + 1) eps32 max|c|`` of float64 (tests).
+
 Default graphs (``edge_mask=None``): for debate (``DEBATE``) every node at round ``t`` reads
 every *other* agent active at ``t-1``; for DyLAN (``DYLAN``) it reads the survivors of the
 previous layer, which in packed form is the same rule (an agent that was pruned is not
@@ -256,16 +260,32 @@ def _edge_form(edge_mask, n_agents: int):
 # JAX kernel
 
 
-def _sigmoid(x):
-    return jax.nn.sigmoid(x)
+def _sigmoid_pair(x, xp=jnp):
+    """``(sigmoid(x), sigmoid(-x))`` from one ``exp``, each to full relative precision.
+
+    ``w_i = 1 - mean sigmoid(w_ji)`` is computed as ``mean sigmoid(-w_ji)`` (and ``1 - w_i``
+    as ``mean sigmoid(w_ji)``): the same number, without the cancellation of ``1 - s`` when
+    every peer is far less confident than the receiver (``w_ji >> 1``). In float32 that
+    cancellation rounded ``w = 8e-11`` to 0 for a receiver with ``c_dyn ~ -5e-12``, and
+    because UMAS weighs *ratios* of confidences, the lost relative precision of that tiny
+    ``c_dyn`` became a 60% error in a later round's weights (a score off by 2,457 x
+    ``(T + 1) eps32 max|c|``); float64 had the same defect below ``w ~ 1e-16``.
+    """
+    e = xp.exp(-xp.abs(x))
+    r = 1.0 / (1.0 + e)
+    small = e * r
+    pos = x >= 0
+    return xp.where(pos, r, small), xp.where(pos, small, r)
 
 
-def _node_update(cd_prev_i, active_i, c_i, acc, k):
-    """Close one receiver: ``acc`` = sum of sigmoid(w_ji) over its predecessors, ``k`` their
-    number. Returns ``(c_dyn, w)`` with ``w = 1, c_dyn = c`` for a node that starts afresh."""
+def _node_update(cd_prev_i, active_i, c_i, keep, follow, k):
+    """Close one receiver: ``keep`` = sum of sigmoid(w_ji), ``follow`` = sum of
+    sigmoid(-w_ji) over its ``k`` predecessors, so ``w = follow / k`` and
+    ``1 - w = keep / k``. Returns ``(c_dyn, w)`` with ``w = 1, c_dyn = c`` for a node that
+    starts afresh."""
     fresh = jnp.logical_not(active_i) | (k == 0)
-    w = 1.0 - acc / k
-    c_dyn = jnp.where(fresh, c_i, (1.0 - w) * cd_prev_i + w * c_i)
+    w = follow / k
+    c_dyn = jnp.where(fresh, c_i, (keep / k) * cd_prev_i + w * c_i)
     return c_dyn, jnp.where(fresh, 1.0, w)
 
 
@@ -289,7 +309,8 @@ def _step_slots(self_edges: bool, carry: UmasCarry, inputs):
     for i in range(a):
         c_i = conf[:, i]
         d = jnp.minimum(cd_prev[i], CONF_CEILING)
-        acc = jnp.zeros_like(c_i)
+        keep = jnp.zeros_like(c_i)
+        follow = jnp.zeros_like(c_i)
         k = jnp.zeros_like(c_i)
         for j in range(a):
             if words is None:
@@ -299,12 +320,14 @@ def _step_slots(self_edges: bool, carry: UmasCarry, inputs):
             else:
                 bit = (words[:, i, j // WORD_BITS] >> (j % WORD_BITS)) & 1
                 pred = (bit == 1) & active[j]
-            acc = acc + jnp.where(pred, _sigmoid((cd_prev[j] - d) / d), 0.0)
+            sig, sig_neg = _sigmoid_pair((cd_prev[j] - d) / d)
+            keep = keep + jnp.where(pred, sig, 0.0)
+            follow = follow + jnp.where(pred, sig_neg, 0.0)
             if words is not None or self_edges:
                 k = k + pred.astype(dtype)
         if words is None and not self_edges:
             k = n_active - active[i].astype(dtype)
-        c_dyn, w = _node_update(cd_prev[i], active[i], c_i, acc, k)
+        c_dyn, w = _node_update(cd_prev[i], active[i], c_i, keep, follow, k)
         new_cd.append(c_dyn)
         new_w.append(w)
     valid = [mask[:, i] for i in range(a)]
@@ -334,10 +357,11 @@ def _step_dense(self_edges: bool, carry: UmasCarry, inputs):
             edges = _unpack_words(edges, a)
         pred = edges & active[:, None, :]
     d = jnp.minimum(cd_prev, CONF_CEILING)[:, :, None]
-    terms = jnp.where(pred, _sigmoid((cd_prev[:, None, :] - d) / d), 0.0)
-    acc = jnp.sum(terms, axis=2)
+    sig, sig_neg = _sigmoid_pair((cd_prev[:, None, :] - d) / d)
+    keep = jnp.sum(jnp.where(pred, sig, 0.0), axis=2)
+    follow = jnp.sum(jnp.where(pred, sig_neg, 0.0), axis=2)
     k = jnp.sum(pred.astype(dtype), axis=2)
-    c_dyn, w = _node_update(cd_prev, active, conf, acc, k)
+    c_dyn, w = _node_update(cd_prev, active, conf, keep, follow, k)
     carry = UmasCarry(
         c_dyn=c_dyn,
         active=mask,
@@ -514,13 +538,13 @@ def umas_scan_numpy(
             pred = edges & active[:, None, :]  # [N, i, j]
             d = np.minimum(c_dyn, dtype.type(CONF_CEILING))[:, :, None]
             w_ji = (c_dyn[:, None, :] - d) / d
-            sig = one / (one + np.exp(-w_ji))
-            acc = np.where(pred, sig, 0).sum(axis=2, dtype=dtype)
+            sig, sig_neg = _sigmoid_pair(w_ji, np)
+            keep = np.where(pred, sig, 0).sum(axis=2, dtype=dtype)
+            follow = np.where(pred, sig_neg, 0).sum(axis=2, dtype=dtype)
             k = pred.sum(axis=2).astype(dtype)
-            w = one - acc / k
             fresh = ~active | (k == 0)
-            w = np.where(fresh, one, w)
-            c_new = np.where(fresh, c, (one - w) * c_dyn + w * c)
+            w = np.where(fresh, one, follow / k)
+            c_new = np.where(fresh, c, (keep / k) * c_dyn + w * c)
             sum_dyn = sum_dyn + np.where(valid, c_new, 0).sum(axis=1, dtype=dtype)
             sum_c = sum_c + np.where(valid, c, 0).sum(axis=1, dtype=dtype)
             count = count + valid.sum(axis=1).astype(dtype)
@@ -537,11 +561,11 @@ def umas_scan_numpy(
 # One trajectory in plain Python
 
 
-def _py_sigmoid(x: float) -> float:
-    if x >= 0:
-        return 1.0 / (1.0 + math.exp(-x))
-    e = math.exp(x)
-    return e / (1.0 + e)
+def _py_sigmoid_pair(x: float) -> tuple[float, float]:
+    """``(sigmoid(x), sigmoid(-x))``, both to full relative precision."""
+    e = math.exp(-abs(x))
+    r = 1.0 / (1.0 + e)
+    return (r, e * r) if x >= 0 else (e * r, r)
 
 
 def _node_preds(predecessors, t: int, i: int):
@@ -620,9 +644,10 @@ def umas_trajectory(
                 new = c
             else:
                 d = min(prev_i, CONF_CEILING)
-                mean_sig = sum(_py_sigmoid((prev[j] - d) / d) for j in preds) / len(preds)
-                w = 1.0 - mean_sig
-                new = (1.0 - w) * prev_i + w * c
+                pairs = [_py_sigmoid_pair((prev[j] - d) / d) for j in preds]
+                keep = sum(p for p, _ in pairs) / len(preds)  # 1 - w
+                w = sum(q for _, q in pairs) / len(preds)  # 1 - mean sigmoid(w_ji)
+                new = keep * prev_i + w * c
             out.append(new)
             total_dyn += new
             total_c += c

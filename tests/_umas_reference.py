@@ -14,21 +14,27 @@ against numbers that none of them produced. DESIGN.md (UMAS bullet), restated:
   round list) is the protocol default, every *other* agent active at ``t-1``; a list is the
   node's set (duplicates once), an empty list means none;
 * score ``umas = -mean(c_dyn)``, ``umas_fix = -mean(c)`` over the valid nodes.
+
+The arithmetic is done in 60-digit decimals (inputs converted exactly, the result rounded
+once to a float), so the reference is the exact value of the formula as written, including
+``w_i = 1 - mean sigmoid(w_ji)`` where that subtraction cancels: it is the yardstick for the
+float64 and float32 errors of the kernels.
 """
 
 from __future__ import annotations
 
-import math
+from decimal import Context, Decimal, localcontext
 
-CEILING = -1e-12
+CONTEXT = Context(prec=60, Emin=-10**9, Emax=10**9)
+CEILING = Decimal("-1e-12")
 
 
-def sigmoid(x: float) -> float:
-    """The logistic function, without overflow for any finite ``x``."""
+def sigmoid(x: Decimal) -> Decimal:
+    """The logistic function in decimals (no overflow: exp of the non-positive side)."""
     if x >= 0:
-        return 1.0 / (1.0 + math.exp(-x))
-    z = math.exp(x)
-    return z / (1.0 + z)
+        return 1 / (1 + (-x).exp())
+    z = x.exp()
+    return z / (1 + z)
 
 
 def node_predecessors(predecessors, t: int, i: int):
@@ -63,11 +69,17 @@ def umas_reference(conf, predecessors=None, n_agents: int | None = None) -> dict
       ``{"umas", "umas_fix", "n_nodes", "c_dyn", "w"}``; ``c_dyn`` and ``w`` are
       ``[round][agent]`` lists with ``None`` at absent nodes.
     """
+    with localcontext(CONTEXT):
+        return _reference(conf, predecessors, n_agents)
+
+
+def _reference(conf, predecessors, n_agents):
     team = n_agents if n_agents is not None else max((len(r) for r in conf), default=0)
-    rows = [[row[i] if i < len(row) else None for i in range(team)] for row in conf]
+    rows = [[None if i >= len(row) or row[i] is None else Decimal(float(row[i]))
+             for i in range(team)] for row in conf]
     cd_out, w_out = [], []
     prev = [None] * team
-    sum_dyn = sum_c = 0.0
+    sum_dyn = sum_c = Decimal(0)
     count = 0
     for t, row in enumerate(rows):
         cd_row, w_row = [], []
@@ -79,11 +91,11 @@ def umas_reference(conf, predecessors=None, n_agents: int | None = None) -> dict
             peers = sorted(j for j in resolved_predecessors(predecessors, t, i, team)
                            if t > 0 and prev[j] is not None)
             if t == 0 or prev[i] is None or not peers:
-                w, cd = 1.0, c
+                w, cd = Decimal(1), c
             else:
                 d = min(prev[i], CEILING)
-                w = 1.0 - sum(sigmoid((prev[j] - d) / d) for j in peers) / len(peers)
-                cd = (1.0 - w) * prev[i] + w * c
+                w = 1 - sum(sigmoid((prev[j] - d) / d) for j in peers) / len(peers)
+                cd = (1 - w) * prev[i] + w * c
             cd_row.append(cd)
             w_row.append(w)
             sum_dyn += cd
@@ -93,12 +105,16 @@ def umas_reference(conf, predecessors=None, n_agents: int | None = None) -> dict
         w_out.append(w_row)
         prev = cd_row
     nan = float("nan")
+
+    def floats(nested):
+        return [[None if x is None else float(x) for x in row] for row in nested]
+
     return {
-        "umas": -sum_dyn / count if count else nan,
-        "umas_fix": -sum_c / count if count else nan,
+        "umas": float(-sum_dyn / count) if count else nan,
+        "umas_fix": float(-sum_c / count) if count else nan,
         "n_nodes": count,
-        "c_dyn": cd_out,
-        "w": w_out,
+        "c_dyn": floats(cd_out),
+        "w": floats(w_out),
     }
 
 

@@ -359,3 +359,35 @@ def test_long_and_wide_runs_score_through_the_public_path(t_max, team):
     if t_max * team <= 2000:  # the plain-Python reference, where it is quick
         want = [umas_reference(rows, None, team)["umas"] for rows in seq]
         np.testing.assert_allclose(twin, want, **F64)
+
+
+# ---------------------------------------------------------------------------------------
+# Float32: no cancellation in w = 1 - mean sigmoid(w_ji)
+
+
+def test_float32_keeps_a_tiny_weight_that_one_minus_sigmoid_rounded_to_zero():
+    # Round 1, agent 2 (c_dyn = -4.9e-12) reads agents far less confident: w_02 ~ 8.6e12,
+    # w_12 = 22.1, so w_2 = (sigmoid(-8.6e12) + sigmoid(-22.1)) / 2 = 1.25e-10. As
+    # 1 - mean sigmoid(w_j2) in float32 that is 1 - 1 = 0, which leaves c_dyn = -4.9e-12
+    # instead of -3.1e-10; round 2 then weighs ratios against a receiver 60x too small and
+    # the score moved by ~0.1 (bound: 8e-5). Computed as mean sigmoid(-w_ji): no loss.
+    seq = [[-42.1, -1.127e-10, -4.876e-12], [-1.0, -2.0, -2.47], [-1e-9, -3.0, -9.3]]
+    ref = umas_reference(seq, None, 3)
+    assert ref["w"][1][2] == pytest.approx(1.25e-10, rel=0.02)
+    bound = f32_bound(3, 42.1)
+    conf = np.array(seq, float)[:, None, :]
+    mask = np.ones(conf.shape, bool)
+    for dtype in (np.float32, np.float64):
+        twin = U.umas_scan_numpy(conf.astype(dtype), mask, fields=("umas", "w"))
+        with jax.enable_x64(dtype == np.float64):
+            jit = U.umas_scan(jnp.asarray(conf.astype(dtype)), jnp.asarray(mask),
+                              fields=("umas", "w"))
+        tol = bound if dtype == np.float32 else 1e-12
+        for out in (twin, jit):
+            assert abs(float(out["umas"][0]) - ref["umas"]) <= tol
+            assert float(out["w"][1, 0, 2]) == pytest.approx(ref["w"][1][2], rel=1e-5, abs=0)
+    table = _table([(seq, None, 3)])
+    for backend in ("jax", "numpy"):
+        got = fastuq.score(table, "umas", backend=backend, dtype="float32")["umas"].to_numpy()
+        assert abs(got[0] - ref["umas"]) <= bound, backend
+    assert U.umas_trajectory(seq)["umas"] == pytest.approx(ref["umas"], rel=1e-12)
