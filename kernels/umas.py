@@ -32,8 +32,8 @@ receiver (``c_dyn[j] > c_dyn[i]``) gives ``w_ji < 0``, ``sigmoid < 1/2``, hence 
 ``w_i`` (the node follows its new output); unreliable peers pull ``w_i`` towards 0 (the node
 keeps its history).
 
-Computed without cancellation: ``w_i = mean sigmoid(-w_ji)`` and ``1 - w_i = mean
-sigmoid(w_ji)`` (the same numbers; see :func:`_sigmoid_pair`), so ``c_dyn`` is a sum of two
+Computed without cancellation: ``w_i = mean sigmoid(-w_ji)`` (the same number; see
+:func:`_follow`), and ``1 - w_i >= 0.27`` since ``w_ji >= -1``; ``c_dyn`` is a sum of two
 terms of one sign. Float32 then stays within ``4 (T + 1) eps32 max|c|`` of float64 (tests).
 
 Default graphs (``edge_mask=None``): for debate (``DEBATE``) every node at round ``t`` reads
@@ -260,32 +260,30 @@ def _edge_form(edge_mask, n_agents: int):
 # JAX kernel
 
 
-def _sigmoid_pair(x, xp=jnp):
-    """``(sigmoid(x), sigmoid(-x))`` from one ``exp``, each to full relative precision.
+def _follow(cd_prev_j, d):
+    """``sigmoid(-w_ji) = 1 - sigmoid(w_ji)`` with ``w_ji = (cd_prev_j - d) / d``.
 
-    ``w_i = 1 - mean sigmoid(w_ji)`` is computed as ``mean sigmoid(-w_ji)`` (and ``1 - w_i``
-    as ``mean sigmoid(w_ji)``): the same number, without the cancellation of ``1 - s`` when
-    every peer is far less confident than the receiver (``w_ji >> 1``). In float32 that
-    cancellation rounded ``w = 8e-11`` to 0 for a receiver with ``c_dyn ~ -5e-12``, and
-    because UMAS weighs *ratios* of confidences, the lost relative precision of that tiny
-    ``c_dyn`` became a 60% error in a later round's weights (a score off by 2,457 x
-    ``(T + 1) eps32 max|c|``); float64 had the same defect below ``w ~ 1e-16``.
+    The kernels sum these, so ``w_i = mean sigmoid(-w_ji)`` is computed without the
+    cancellation of ``1 - mean sigmoid(w_ji)`` when every peer is far less confident than
+    the receiver (``w_ji >> 1``). In float32 that cancellation rounded ``w = 1.2e-10`` to 0
+    for a receiver with ``c_dyn ~ -5e-12``, and because UMAS weighs *ratios* of confidences,
+    the lost relative precision of that tiny ``c_dyn`` became a 60% error in a later round's
+    weights (a score off by 2,457 x ``(T + 1) eps32 max|c|``); float64 had the same defect
+    below ``w ~ 1e-16``. ``1 - w_i`` itself cannot cancel: ``w_ji >= -1`` (``c_j / d >= 0``),
+    so ``w_i <= sigmoid(1) = 0.73``.
     """
-    e = xp.exp(-xp.abs(x))
-    r = 1.0 / (1.0 + e)
-    small = e * r
-    pos = x >= 0
-    return xp.where(pos, r, small), xp.where(pos, small, r)
+    return jax.nn.sigmoid((d - cd_prev_j) / d)
 
 
-def _node_update(cd_prev_i, active_i, c_i, keep, follow, k):
-    """Close one receiver: ``keep`` = sum of sigmoid(w_ji), ``follow`` = sum of
-    sigmoid(-w_ji) over its ``k`` predecessors, so ``w = follow / k`` and
-    ``1 - w = keep / k``. Returns ``(c_dyn, w)`` with ``w = 1, c_dyn = c`` for a node that
+def _node_update(cd_prev_i, active_i, c_i, acc, k):
+    """Close one receiver: ``acc`` = sum of ``sigmoid(-w_ji)`` over its ``k`` predecessors,
+    so ``w = acc / k``. Returns ``(c_dyn, w)`` with ``w = 1, c_dyn = c`` for a node that
     starts afresh."""
     fresh = jnp.logical_not(active_i) | (k == 0)
-    w = follow / k
-    c_dyn = jnp.where(fresh, c_i, (keep / k) * cd_prev_i + w * c_i)
+    w = acc / k
+    # (1 - w) c_prev + w c, written so (XLA fuses this form 2x faster when unrolled); both
+    # keep full relative precision, since 1 - w >= 0.27 and c, c_prev share a sign.
+    c_dyn = jnp.where(fresh, c_i, cd_prev_i + w * (c_i - cd_prev_i))
     return c_dyn, jnp.where(fresh, 1.0, w)
 
 
@@ -309,8 +307,7 @@ def _step_slots(self_edges: bool, carry: UmasCarry, inputs):
     for i in range(a):
         c_i = conf[:, i]
         d = jnp.minimum(cd_prev[i], CONF_CEILING)
-        keep = jnp.zeros_like(c_i)
-        follow = jnp.zeros_like(c_i)
+        acc = jnp.zeros_like(c_i)
         k = jnp.zeros_like(c_i)
         for j in range(a):
             if words is None:
@@ -320,14 +317,12 @@ def _step_slots(self_edges: bool, carry: UmasCarry, inputs):
             else:
                 bit = (words[:, i, j // WORD_BITS] >> (j % WORD_BITS)) & 1
                 pred = (bit == 1) & active[j]
-            sig, sig_neg = _sigmoid_pair((cd_prev[j] - d) / d)
-            keep = keep + jnp.where(pred, sig, 0.0)
-            follow = follow + jnp.where(pred, sig_neg, 0.0)
+            acc = acc + jnp.where(pred, _follow(cd_prev[j], d), 0.0)
             if words is not None or self_edges:
                 k = k + pred.astype(dtype)
         if words is None and not self_edges:
             k = n_active - active[i].astype(dtype)
-        c_dyn, w = _node_update(cd_prev[i], active[i], c_i, keep, follow, k)
+        c_dyn, w = _node_update(cd_prev[i], active[i], c_i, acc, k)
         new_cd.append(c_dyn)
         new_w.append(w)
     valid = [mask[:, i] for i in range(a)]
@@ -357,11 +352,9 @@ def _step_dense(self_edges: bool, carry: UmasCarry, inputs):
             edges = _unpack_words(edges, a)
         pred = edges & active[:, None, :]
     d = jnp.minimum(cd_prev, CONF_CEILING)[:, :, None]
-    sig, sig_neg = _sigmoid_pair((cd_prev[:, None, :] - d) / d)
-    keep = jnp.sum(jnp.where(pred, sig, 0.0), axis=2)
-    follow = jnp.sum(jnp.where(pred, sig_neg, 0.0), axis=2)
+    acc = jnp.sum(jnp.where(pred, _follow(cd_prev[:, None, :], d), 0.0), axis=2)
     k = jnp.sum(pred.astype(dtype), axis=2)
-    c_dyn, w = _node_update(cd_prev, active, conf, keep, follow, k)
+    c_dyn, w = _node_update(cd_prev, active, conf, acc, k)
     carry = UmasCarry(
         c_dyn=c_dyn,
         active=mask,
@@ -391,27 +384,29 @@ def _default_unroll(t_max: int, n_agents: int, explicit: bool = False) -> bool |
     loop at N = 1e6. But XLA then fuses each round's ``A * (A - 1)`` terms into the next
     round's, so the fused expression grows exponentially with ``T``: compile and run times
     explode past a few hundred terms. Partial unrolling (2, 3, 4, 5, 8) was always slower
-    than either (3-10x slower than rolled at N = 65536, for the same reason inside the loop
-    body), so it is all or one. Measured on 2 CPU cores (jaxlib 0.10, float32, one device;
-    compile seconds / run ms; N = 65,536 unless marked)::
+    than either (3-10x slower than rolled at N = 65,536, for the same reason inside the loop
+    body), so it is all or one. Measured on 2 CPU cores (jaxlib 0.10, float32, one device,
+    ``umas_scan(...).lower().compile()`` then the best of 5 runs; compile s / run ms;
+    N = 65,536 unless marked)::
 
-        T    A  graph     full: compile  run       rolled: compile  run
-        3    4  default         0.23  16.8 (1e6)           0.52   77.4 (1e6)
-        5    8  default         0.96   102 (1e6)           1.23    374 (1e6)
-        5    8  default         0.86   6.4                 0.90   10.6
-        3    8  explicit        0.92  98.9 (1e6)           1.21    323 (1e6)
-        5    8  explicit        2.87  75.8                 1.06   17.5
-        16   4  default         0.89   6.9                 0.27    7.4
-        20   4  default         1.45  64.5                 0.32   11.8
-        25   3  default         0.89  16.0                 0.22    9.0
-        25   4  default        10.4   17,500 (N=1024)      0.41   21.0
-        50   2  default         1.04  20.3                 0.26   18.1
-        80   2  default        > 90 s (did not finish)     0.47   15.7
-        1000 2  default        > 60 s (did not finish)     0.92    6.7 (N=1024)
+        T     A  graph      full: compile  run             rolled: compile  run
+        3     4  default          0.18     12.2 (N=1e6)          0.50     80.8 (N=1e6)
+        5     8  default          1.40      157 (N=1e6)          1.58      392 (N=1e6)
+        5     8  default          1.02      6.7                  1.29     13.9
+        3     8  explicit         1.25      130 (N=1e6)          1.16      291 (N=1e6)
+        5     8  explicit         2.80     95.2                  1.32     21.8
+        12    4  default          0.62      5.4                  0.38      9.6
+        20    4  default          1.26    111.6                  0.62     17.3
+        25    3  default          0.84     14.5                  0.38     15.6
+        25    4  default          10.4   17,500 (N=1024)         0.41     21.0
+        50    2  default          1.27     21.9                  0.42     19.6
+        80    2  default          > 90 s (did not finish)        0.47     15.7
+        1000  2  default          > 60 s (did not finish)        0.28      7.8 (N=1024)
 
-    Rolled, compile time does not grow with ``T``; it grows with the unrolled agent terms of
-    one round (about 0.3 s at A = 4, 1 s at A = 8, 2.3 s at A = 16; the dense path beyond
-    ``MAX_UNROLLED_AGENTS`` compiles in under 1 s at A = 64).
+    Rolled, compile time does not grow with ``T`` but with one round's unrolled agent terms
+    (N = 1024, T = 1000 unless marked): 1.0 s at A = 8 (T = 200), 3.4 s at A = 16 with an
+    explicit graph (the widest slot-unrolled case), 0.7 s (default) / 0.8 s (explicit) at
+    A = 64 on the dense path beyond ``MAX_UNROLLED_AGENTS``.
     """
     terms = t_max * max(1, n_agents * n_agents)
     limit = FULL_UNROLL_TERMS_EXPLICIT if explicit else FULL_UNROLL_TERMS
@@ -538,13 +533,12 @@ def umas_scan_numpy(
             pred = edges & active[:, None, :]  # [N, i, j]
             d = np.minimum(c_dyn, dtype.type(CONF_CEILING))[:, :, None]
             w_ji = (c_dyn[:, None, :] - d) / d
-            sig, sig_neg = _sigmoid_pair(w_ji, np)
-            keep = np.where(pred, sig, 0).sum(axis=2, dtype=dtype)
-            follow = np.where(pred, sig_neg, 0).sum(axis=2, dtype=dtype)
+            follow = one / (one + np.exp(w_ji))  # sigmoid(-w_ji): see _follow
+            acc = np.where(pred, follow, 0).sum(axis=2, dtype=dtype)
             k = pred.sum(axis=2).astype(dtype)
             fresh = ~active | (k == 0)
-            w = np.where(fresh, one, follow / k)
-            c_new = np.where(fresh, c, (keep / k) * c_dyn + w * c)
+            w = np.where(fresh, one, acc / k)
+            c_new = np.where(fresh, c, c_dyn + w * (c - c_dyn))
             sum_dyn = sum_dyn + np.where(valid, c_new, 0).sum(axis=1, dtype=dtype)
             sum_c = sum_c + np.where(valid, c, 0).sum(axis=1, dtype=dtype)
             count = count + valid.sum(axis=1).astype(dtype)
@@ -561,11 +555,11 @@ def umas_scan_numpy(
 # One trajectory in plain Python
 
 
-def _py_sigmoid_pair(x: float) -> tuple[float, float]:
-    """``(sigmoid(x), sigmoid(-x))``, both to full relative precision."""
-    e = math.exp(-abs(x))
-    r = 1.0 / (1.0 + e)
-    return (r, e * r) if x >= 0 else (e * r, r)
+def _py_sigmoid(x: float) -> float:
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
 
 
 def _node_preds(predecessors, t: int, i: int):
@@ -644,10 +638,9 @@ def umas_trajectory(
                 new = c
             else:
                 d = min(prev_i, CONF_CEILING)
-                pairs = [_py_sigmoid_pair((prev[j] - d) / d) for j in preds]
-                keep = sum(p for p, _ in pairs) / len(preds)  # 1 - w
-                w = sum(q for _, q in pairs) / len(preds)  # 1 - mean sigmoid(w_ji)
-                new = keep * prev_i + w * c
+                # w = 1 - mean sigmoid(w_ji), as mean sigmoid(-w_ji): no cancellation
+                w = sum(_py_sigmoid((d - prev[j]) / d) for j in preds) / len(preds)
+                new = prev_i + w * (c - prev_i)  # = (1 - w) c_prev + w c
             out.append(new)
             total_dyn += new
             total_c += c
