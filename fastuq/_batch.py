@@ -203,17 +203,34 @@ class Batch:
                 raise ValueError(f"{self.source or 'corpus'}: {name}: {exc}") from None
         return self._cache[key]
 
-    def edges(self) -> np.ndarray | None:
-        """The interaction graph from the ``predecessors`` column as packed bit rows
-        ``[T, N, A]`` (bit ``j`` of ``[t, n, i]``: node ``(t, i)`` read agent ``j`` of round
-        ``t-1``), or ``None`` when the corpus has none (use the protocol default)."""
+    def team_sizes(self, node_column: str = "seq_logprob") -> np.ndarray:
+        """``[N]`` int64 team size of every trajectory: its ``n_agents``, or where that is
+        missing, its widest round of ``node_column`` or ``predecessors``."""
+        widths = np.zeros(self.n, np.int64)
+        for name in (node_column, "predecessors"):
+            if self._present(name):
+                widths = np.maximum(widths, _row_widths(self.column(name)))
+        if not self._present("n_agents"):
+            return widths
+        col = self.column("n_agents")
+        valid = col.is_valid().to_numpy(zero_copy_only=False)
+        values = col.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        return np.where(valid, values, widths)
+
+    def edges(self, node_column: str = "seq_logprob") -> np.ndarray | None:
+        """The interaction graph from the ``predecessors`` column as packed bit rows (see
+        :func:`_pack_predecessors`), aligned with the rounds of ``node_column``, or ``None``
+        when the corpus has no such column (every node takes the protocol default)."""
         if not self._present("predecessors"):
             return None
-        if "edges" not in self._cache:
-            self._cache["edges"] = _pack_predecessors(
-                self.column("predecessors"), self.n_slots, self.labels
+        key = f"edges:{node_column}"
+        if key not in self._cache:
+            round_mask = self.nodes(node_column)[2]
+            self._cache[key] = _pack_predecessors(
+                self.column("predecessors"), self.n_slots, self.team_sizes(node_column),
+                round_mask.sum(axis=0), round_mask.shape[0], self.labels, node_column,
             )
-        return self._cache["edges"]
+        return self._cache[key]
 
     def correct(self) -> np.ndarray | None:
         """Labels ``[N]`` (bool) when every trajectory has one, else ``None``."""
@@ -225,34 +242,110 @@ class Batch:
         return col.to_numpy(zero_copy_only=False).astype(bool)
 
 
-def _pack_predecessors(col: pa.Array, n_slots: int, labels) -> np.ndarray:
-    """``list<list<list<int>>>`` predecessors to packed bit rows ``[T, N, A]`` (uint32)."""
+def _row_widths(col: pa.Array) -> np.ndarray:
+    """``[N]`` the longest round (inner list) of every trajectory of a node column."""
     import pyarrow.compute as pc
 
-    from ._arrow import list_lengths, offsets
+    from ._arrow import list_lengths
 
-    traj_len, _ = list_lengths(col)  # rounds per trajectory
-    rounds = pc.list_flatten(col)  # per (trajectory, round): list over agents
-    round_len, _ = list_lengths(rounds)  # agent slots per round
-    nodes = pc.list_flatten(rounds)  # per node: list of predecessor indices (null: silent)
-    node_len, _ = list_lengths(nodes)
-    preds = pc.list_flatten(nodes).to_numpy(zero_copy_only=False).astype(np.int64)
-    owner = np.repeat(np.arange(len(nodes)), node_len)
-    bad = (preds < 0) | (preds >= n_slots)
+    traj_len, _ = list_lengths(col)
+    round_len, _ = list_lengths(pc.list_flatten(col))
+    widths = np.zeros(len(col), np.int64)
+    np.maximum.at(widths, np.repeat(np.arange(len(col)), traj_len), round_len)
+    return widths
+
+
+def _team_words(team: np.ndarray, n_words: int) -> np.ndarray:
+    """``[N, W]`` uint32: bits ``0 .. team - 1`` set (bit ``j % 32`` of word ``j // 32``)."""
+    from .kernels.umas import WORD_BITS
+
+    count = np.clip(team[:, None] - WORD_BITS * np.arange(n_words)[None, :], 0, WORD_BITS)
+    return ((np.uint64(1) << count.astype(np.uint64)) - np.uint64(1)).astype(np.uint32)
+
+
+def _pack_predecessors(
+    col: pa.Array,
+    n_slots: int,
+    team: np.ndarray,
+    node_rounds: np.ndarray,
+    t_max: int,
+    labels,
+    node_column: str = "seq_logprob",
+) -> np.ndarray:
+    """``list<list<list<int>>>`` predecessors to packed bit rows for the UMAS kernel.
+
+    Semantics (DESIGN.md, UMAS): a list is the node's whole predecessor set (an empty list:
+    none, ``w = 1``); a null -- the trajectory's whole entry, a round, a node, or a slot past
+    the end of a round list -- takes the protocol default, every *other* agent of the team
+    (the kernel keeps only those active at ``t-1``). Indices are checked against the
+    trajectory's own team size.
+
+    Args:
+      col: ``[N]`` the predecessors column of the chunk.
+      n_slots: padded agent slots ``A``; team: ``[N]`` team sizes (``n_agents``).
+      node_rounds: ``[N]`` rounds of the node confidence column; a non-null entry must have
+        as many. t_max: rounds to allocate.
+      labels: trajectory names for errors; node_column: named in them.
+
+    Returns:
+      ``[T, N, A]`` uint32 bit rows when ``A <= 32``, else ``[T, N, A, W]`` uint32 words with
+      ``W = ceil(A / 32)`` (the layouts of :func:`fastuq.kernels.umas.pack_edges`).
+
+    Raises:
+      RecordError (a ValueError): an index outside ``[0, n_agents)`` (naming trajectory,
+      round, agent and index), a null index, or a round count different from
+      ``node_column``'s (field predecessors). (``fastuq.schema.validate`` has already
+      checked that the rounds and their slots line up with the node columns.)
+    """
+    import pyarrow.compute as pc
+
+    from ._arrow import list_lengths, ramp
+    from .kernels.umas import WORD_BITS, edge_words
+
+    n = len(col)
+    team = np.minimum(team, n_slots)  # a slot past the packed ones names no agent
+    traj_len, traj_valid = list_lengths(col)  # rounds per trajectory (null: 0)
+    bad = traj_valid & (traj_len != node_rounds)
     if bad.any():
-        node = int(owner[np.argmax(bad)])
-        round_of_node = np.repeat(np.arange(len(rounds)), round_len)
-        traj = int(np.repeat(np.arange(len(col)), traj_len)[round_of_node[node]])
+        k = int(np.argmax(bad))
         raise RecordError(
-            f"trajectory {labels[traj]}: predecessor {int(preds[np.argmax(bad)])} is not an "
-            f"agent slot in [0, {n_slots}) (field predecessors)", row=traj
+            f"trajectory {labels[k]}: predecessors has {int(traj_len[k])} rounds but "
+            f"{node_column} has {int(node_rounds[k])} (field predecessors)", row=k
         )
-    bits = np.zeros(len(nodes), np.int64)
-    np.bitwise_or.at(bits, owner, np.left_shift(1, preds))
-    bits_col = pa.ListArray.from_arrays(
-        pa.array(offsets(round_len, np.int32)),
-        pa.array(bits, pa.int64(), mask=nodes.is_null().to_numpy(zero_copy_only=False)),
-    )
-    nested = pa.ListArray.from_arrays(pa.array(offsets(traj_len, np.int32)), bits_col)
-    values, _, _ = pack_nodes(nested, dtype=np.uint32, n_agents=n_slots, fill=0)
-    return values
+    rounds = pc.list_flatten(col)  # per (trajectory, round): list over agents
+    round_len, _ = list_lengths(rounds)
+    n_of_round = np.repeat(np.arange(n), traj_len)
+    t_of_round = ramp(traj_len)
+    nodes = pc.list_flatten(rounds)  # per node: list of predecessor indices (null: default)
+    node_len, node_valid = list_lengths(nodes)
+    round_of_node = np.repeat(np.arange(len(rounds)), round_len)
+    i_of_node = ramp(round_len)
+    flat = pc.list_flatten(nodes)
+    owner = np.repeat(np.arange(len(nodes)), node_len)
+    null = flat.is_null().to_numpy(zero_copy_only=False)
+    preds = flat.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    bad = null | (preds < 0) | (preds >= team[n_of_round[round_of_node[owner]]])
+    if bad.any():
+        e = int(np.argmax(bad))
+        r = int(round_of_node[owner[e]])
+        k = int(n_of_round[r])
+        what = "null" if null[e] else str(int(preds[e]))
+        raise RecordError(
+            f"trajectory {labels[k]}, round {int(t_of_round[r])}, agent "
+            f"{int(i_of_node[owner[e]])}: predecessor {what} is not an agent of the team of "
+            f"{int(team[k])} (field predecessors)", row=k
+        )
+    n_words = edge_words(n_slots)
+    # Default rows: every other agent of the team.
+    slot = np.arange(n_slots)
+    own = np.zeros((n_slots, n_words), np.uint32)
+    own[slot, slot // WORD_BITS] = np.uint32(1) << (slot % WORD_BITS).astype(np.uint32)
+    default = _team_words(team, n_words)[:, None, :] & ~own[None]  # [N, A, W]
+    out = np.broadcast_to(default[None], (t_max, n, n_slots, n_words)).copy()
+    # Explicit rows (non-null nodes, empty lists included) replace their defaults.
+    bits = np.zeros((len(nodes), n_words), np.uint32)
+    np.bitwise_or.at(bits, (owner, preds // WORD_BITS),
+                     np.left_shift(np.uint32(1), (preds % WORD_BITS).astype(np.uint32)))
+    r = round_of_node[node_valid]
+    out[t_of_round[r], n_of_round[r], i_of_node[node_valid]] = bits[node_valid]
+    return out[..., 0] if n_slots <= WORD_BITS else out

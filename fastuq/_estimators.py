@@ -107,11 +107,14 @@ def run_umas(
     field: str = "umas",
 ) -> np.ndarray:
     """UMAS (or UMAS_FIX with ``field="umas_fix"``) ``[N]`` over the interaction graph: the
-    ``predecessors`` column when present, else the protocol default (every other agent
-    active in the previous round)."""
-    conf, mask = node_confidence(batch, str(params.get("confidence") or "msp"))
+    ``predecessors`` column where it gives a node's list (an empty list: no predecessors),
+    else -- no column, or a null trajectory, round or node -- the protocol default (every
+    other agent active in the previous round, for debate and DyLAN alike)."""
+    kind = str(params.get("confidence") or "msp")
+    conf, mask = node_confidence(batch, kind)
     _check_empty(batch, mask, "seq_logprob")
-    edges = batch.edges() if field == "umas" else None
+    node_column = "node_entropy" if kind == "neg_entropy" else "seq_logprob"
+    edges = batch.edges(node_column) if field == "umas" else None
     batched = [(conf, 1, 0.0), (mask, 1, False)]
     if edges is not None:
         batched.append((edges, 1, 0))

@@ -32,6 +32,10 @@ receiver (``c_dyn[j] > c_dyn[i]``) gives ``w_ji < 0``, ``sigmoid < 1/2``, hence 
 ``w_i`` (the node follows its new output); unreliable peers pull ``w_i`` towards 0 (the node
 keeps its history).
 
+Computed without cancellation: ``w_i = mean sigmoid(-w_ji)`` (the same number; see
+:func:`_follow`), and ``1 - w_i >= 0.27`` since ``w_ji >= -1``; ``c_dyn`` is a sum of two
+terms of one sign. Float32 then stays within ``4 (T + 1) eps32 max|c|`` of float64 (tests).
+
 Default graphs (``edge_mask=None``): for debate (``DEBATE``) every node at round ``t`` reads
 every *other* agent active at ``t-1``; for DyLAN (``DYLAN``) it reads the survivors of the
 previous layer, which in packed form is the same rule (an agent that was pruned is not
@@ -39,9 +43,14 @@ active). ``self_edges=True`` adds the edge ``(t-1, i) -> (t, i)`` when agent ``i
 (its ``w_ii = 0``, so it adds ``sigmoid(0) = 1/2`` to the mean); the paper's predecessor set
 is the *peers* an agent read, so the default, as in DESIGN.md, has no self-edges.
 
-Explicit graphs come as a boolean ``edge_mask [T, N, A, A]`` or packed as bit rows
-``[T, N, A]`` of an unsigned integer type (bit ``j`` of ``edge_bits[t, n, i]`` set when node
-``(t, i)`` read node ``(t-1, j)``; see :func:`pack_edges`). Round 0 rows are ignored.
+Explicit graphs come as a boolean ``edge_mask [T, N, A, A]`` or packed as bit rows (see
+:func:`pack_edges`): ``[T, N, A]`` of an unsigned integer type for up to 32 agent slots (bit
+``j`` of ``edge_bits[t, n, i]`` set when node ``(t, i)`` read node ``(t-1, j)``), or, for any
+number of slots, ``[T, N, A, W]`` uint32 words with ``W = ceil(A / 32)`` (bit ``j % 32`` of
+word ``j // 32``). Round 0 rows are ignored. An explicit graph is the whole truth: a node
+whose row is empty has no predecessors (``w = 1``). What a *null* entry of the corpus's
+``predecessors`` column means (the protocol default) is resolved before the kernel, when the
+column is packed (``fastuq._batch``), and in :func:`umas_trajectory`.
 
 Inputs are taken as they are (no validation): the public entry points in ``fastuq`` validate.
 Values in padded slots (node_mask false) may be anything, NaN included, and never change a
@@ -67,8 +76,10 @@ __all__ = [
     "PROTOCOL_KINDS",
     "SUMMARY_FIELDS",
     "TRACE_FIELDS",
+    "WORD_BITS",
     "UmasCarry",
     "default_edges",
+    "edge_words",
     "pack_edges",
     "unpack_edges",
     "umas_scan",
@@ -122,11 +133,20 @@ def _xp(x):
     return np if isinstance(x, np.ndarray | np.generic) else jnp
 
 
+#: Agents per packed word of :func:`pack_edges` beyond 32 slots.
+WORD_BITS = 32
+
+
 def _bits_dtype(n_agents: int):
     for dtype in (np.uint8, np.uint16, np.uint32):
         if n_agents <= 8 * np.dtype(dtype).itemsize:
             return dtype
-    raise ValueError(f"packed edges hold at most 32 agents, got {n_agents}")
+    return np.uint32  # several words
+
+
+def edge_words(n_agents: int) -> int:
+    """Number of uint32 words in a packed edge row of ``n_agents`` slots (``ceil(A / 32)``)."""
+    return max(1, -(-int(n_agents) // WORD_BITS))
 
 
 def default_edges(
@@ -163,77 +183,144 @@ def default_edges(
 
 
 def pack_edges(edge_mask):
-    """Pack ``edge_mask [..., A, A]`` bool into bit rows ``[..., A]`` (NumPy or JAX).
+    """Pack ``edge_mask [..., A, A]`` bool into bit rows (NumPy or JAX, usable inside jit).
 
-    Bit ``j`` of row ``i`` is ``edge_mask[..., i, j]``. The integer type is the smallest
-    unsigned one holding ``A`` bits (uint8 up to 8 agents, uint16 up to 16, uint32 up to 32).
+    Up to 32 agent slots: rows ``[..., A]`` of the smallest unsigned type holding ``A`` bits
+    (uint8 up to 8, uint16 up to 16, uint32 up to 32), bit ``j`` of row ``i`` =
+    ``edge_mask[..., i, j]``. More slots: words ``[..., A, W]`` uint32 with
+    ``W = ceil(A / 32)``, bit ``j % 32`` of word ``j // 32``. :func:`umas_scan` and its twin
+    take either form (and ``[..., A, W]`` words for any ``A``).
     """
     xp = _xp(edge_mask)
+    edge_mask = xp.asarray(edge_mask)
     a = edge_mask.shape[-1]
-    dtype = _bits_dtype(a)
-    shifts = xp.arange(a, dtype=dtype)
-    return xp.sum(xp.asarray(edge_mask).astype(dtype) << shifts, axis=-1, dtype=dtype)
+    if a <= WORD_BITS:
+        dtype = _bits_dtype(a)
+        shifts = xp.arange(a, dtype=dtype)
+        return xp.sum(edge_mask.astype(dtype) << shifts, axis=-1, dtype=dtype)
+    words = edge_words(a)
+    pad = [(0, 0)] * (edge_mask.ndim - 1) + [(0, words * WORD_BITS - a)]
+    bits = xp.pad(edge_mask.astype(np.uint32), pad)
+    bits = bits.reshape(edge_mask.shape[:-1] + (words, WORD_BITS))
+    shifts = xp.arange(WORD_BITS, dtype=np.uint32)
+    return xp.sum(bits << shifts, axis=-1, dtype=np.uint32)
 
 
 def unpack_edges(edge_bits, n_agents: int):
-    """Inverse of :func:`pack_edges`: bit rows ``[..., A]`` -> bool ``[..., A, A]``."""
+    """Inverse of :func:`pack_edges`: bit rows ``[..., A]`` (``A <= 32``) or words
+    ``[..., A, W]`` (``A > 32``) -> bool ``[..., A, A]``."""
     xp = _xp(edge_bits)
-    shifts = xp.arange(n_agents, dtype=edge_bits.dtype)
-    return ((edge_bits[..., None] >> shifts) & 1).astype(bool)
+    if n_agents <= WORD_BITS:
+        shifts = xp.arange(n_agents, dtype=edge_bits.dtype)
+        return ((edge_bits[..., None] >> shifts) & 1).astype(bool)
+    return _unpack_words(edge_bits, n_agents)
+
+
+def _unpack_words(words, n_agents: int):
+    """Words ``[..., W]`` uint32 -> bool ``[..., n_agents]`` (bit ``j % 32`` of word
+    ``j // 32``)."""
+    xp = _xp(words)
+    shifts = xp.arange(WORD_BITS, dtype=np.uint32)
+    bits = (words[..., None] >> shifts) & 1  # [..., W, 32]: elementwise, no gather
+    bits = bits.reshape(words.shape[:-1] + (words.shape[-1] * WORD_BITS,))
+    return bits[..., :n_agents].astype(bool)
+
+
+def _as_words(edge_bits, n_agents: int):
+    """Packed rows in either form -> words ``[..., A, W]`` uint32 (NumPy or JAX)."""
+    if edge_bits.ndim == 3:  # [T, N, A]: one word per row, at most 32 slots
+        if n_agents > WORD_BITS:
+            raise ValueError(
+                f"bit rows [T, N, A] hold at most {WORD_BITS} agents; pass uint32 words "
+                f"[T, N, A, {edge_words(n_agents)}] (pack_edges) for {n_agents}"
+            )
+        return edge_bits.astype(np.uint32)[..., None]
+    if edge_bits.shape[-1] < edge_words(n_agents):
+        raise ValueError(
+            f"edge words [..., {edge_bits.shape[-1]}] are too few for {n_agents} agents"
+        )
+    return edge_bits.astype(np.uint32)
+
+
+def _edge_form(edge_mask, n_agents: int):
+    """``(kind, edges)``: ``("words", [T, N, A, W] uint32)`` for packed rows or
+    ``("mask", [T, N, A, A] bool)``; ``(None, None)`` for the default graph."""
+    if edge_mask is None:
+        return None, None
+    if edge_mask.dtype == bool:
+        if edge_mask.ndim != 4:
+            raise ValueError(f"a bool edge_mask is [T, N, A, A], got shape {edge_mask.shape}")
+        return "mask", edge_mask
+    if not np.issubdtype(edge_mask.dtype, np.unsignedinteger):
+        raise ValueError(f"edge_mask must be bool or unsigned bit rows, got {edge_mask.dtype}")
+    return "words", _as_words(edge_mask, n_agents)
 
 
 # ----------------------------------------------------------------------------------------
 # JAX kernel
 
 
-def _sigmoid(x):
-    return jax.nn.sigmoid(x)
+def _follow(cd_prev_j, d):
+    """``sigmoid(-w_ji) = 1 - sigmoid(w_ji)`` with ``w_ji = (cd_prev_j - d) / d``.
+
+    The kernels sum these, so ``w_i = mean sigmoid(-w_ji)`` is computed without the
+    cancellation of ``1 - mean sigmoid(w_ji)`` when every peer is far less confident than
+    the receiver (``w_ji >> 1``). In float32 that cancellation rounded ``w = 1.2e-10`` to 0
+    for a receiver with ``c_dyn ~ -5e-12``, and because UMAS weighs *ratios* of confidences,
+    the lost relative precision of that tiny ``c_dyn`` became a 60% error in a later round's
+    weights (a score off by 2,457 x ``(T + 1) eps32 max|c|``); float64 had the same defect
+    below ``w ~ 1e-16``. ``1 - w_i`` itself cannot cancel: ``w_ji >= -1`` (``c_j / d >= 0``),
+    so ``w_i <= sigmoid(1) = 0.73``.
+    """
+    return jax.nn.sigmoid((d - cd_prev_j) / d)
 
 
 def _node_update(cd_prev_i, active_i, c_i, acc, k):
-    """Close one receiver: ``acc`` = sum of sigmoid(w_ji) over its predecessors, ``k`` their
-    number. Returns ``(c_dyn, w)`` with ``w = 1, c_dyn = c`` for a node that starts afresh."""
+    """Close one receiver: ``acc`` = sum of ``sigmoid(-w_ji)`` over its ``k`` predecessors,
+    so ``w = acc / k``. Returns ``(c_dyn, w)`` with ``w = 1, c_dyn = c`` for a node that
+    starts afresh."""
     fresh = jnp.logical_not(active_i) | (k == 0)
-    w = 1.0 - acc / k
-    c_dyn = jnp.where(fresh, c_i, (1.0 - w) * cd_prev_i + w * c_i)
+    w = acc / k
+    # (1 - w) c_prev + w c, written so (XLA fuses this form 2x faster when unrolled); both
+    # keep full relative precision, since 1 - w >= 0.27 and c, c_prev share a sign.
+    c_dyn = jnp.where(fresh, c_i, cd_prev_i + w * (c_i - cd_prev_i))
     return c_dyn, jnp.where(fresh, 1.0, w)
 
 
 def _step_slots(self_edges: bool, carry: UmasCarry, inputs):
     """One round, agent slots unrolled: ``carry.c_dyn``/``active`` are tuples of ``[N]``.
 
-    ``inputs`` = (conf ``[N, A]``, node_mask ``[N, A]``, edge rows ``[N, A]`` unsigned
-    bits or ``None`` for the default graph). The predecessor terms are summed in slot order
+    ``inputs`` = (conf ``[N, A]``, node_mask ``[N, A]``, edge words ``[N, A, W]`` uint32 or
+    ``None`` for the default graph). The predecessor terms are summed in slot order
     ``j = 0..A-1`` on both paths (an absent edge adds an exact 0), so the default graph and
     its explicit edges give the same numbers up to where XLA's CPU backend contracts
     ``a * b + c`` into a fused multiply-add, which depends on how each program is fused
     (at most a few ulp; usually bit for bit).
     """
-    conf, mask, rows = inputs
+    conf, mask, words = inputs
     dtype = conf.dtype
     a = conf.shape[1]
     cd_prev, active = carry.c_dyn, carry.active
-    if rows is None and not self_edges:
+    if words is None and not self_edges:
         n_active = sum(act.astype(dtype) for act in active)
     new_cd, new_w = [], []
     for i in range(a):
         c_i = conf[:, i]
         d = jnp.minimum(cd_prev[i], CONF_CEILING)
-        if rows is not None:
-            row = rows[:, i]
         acc = jnp.zeros_like(c_i)
         k = jnp.zeros_like(c_i)
         for j in range(a):
-            if rows is None:
+            if words is None:
                 if j == i and not self_edges:
                     continue
                 pred = active[j]
             else:
-                pred = (((row >> j) & 1) == 1) & active[j]
-            acc = acc + jnp.where(pred, _sigmoid((cd_prev[j] - d) / d), 0.0)
-            if rows is not None or self_edges:
+                bit = (words[:, i, j // WORD_BITS] >> (j % WORD_BITS)) & 1
+                pred = (bit == 1) & active[j]
+            acc = acc + jnp.where(pred, _follow(cd_prev[j], d), 0.0)
+            if words is not None or self_edges:
                 k = k + pred.astype(dtype)
-        if rows is None and not self_edges:
+        if words is None and not self_edges:
             k = n_active - active[i].astype(dtype)
         c_dyn, w = _node_update(cd_prev[i], active[i], c_i, acc, k)
         new_cd.append(c_dyn)
@@ -251,7 +338,8 @@ def _step_slots(self_edges: bool, carry: UmasCarry, inputs):
 
 def _step_dense(self_edges: bool, carry: UmasCarry, inputs):
     """One round on whole ``[N, A]`` arrays, the edge reduction broadcast to ``[N, A, A]``
-    (for many agents). ``inputs`` = (conf, node_mask, edge_mask ``[N, A, A]`` or None)."""
+    (for many agents). ``inputs`` = (conf, node_mask, edges: ``None``, a bool mask
+    ``[N, A, A]`` or words ``[N, A, W]`` uint32, unpacked here one round at a time)."""
     conf, mask, edges = inputs
     dtype = conf.dtype
     a = conf.shape[1]
@@ -260,10 +348,11 @@ def _step_dense(self_edges: bool, carry: UmasCarry, inputs):
         allowed = jnp.ones((a, a), bool) if self_edges else ~jnp.eye(a, dtype=bool)
         pred = allowed & active[:, None, :]
     else:
+        if edges.dtype != bool:
+            edges = _unpack_words(edges, a)
         pred = edges & active[:, None, :]
     d = jnp.minimum(cd_prev, CONF_CEILING)[:, :, None]
-    terms = jnp.where(pred, _sigmoid((cd_prev[:, None, :] - d) / d), 0.0)
-    acc = jnp.sum(terms, axis=2)
+    acc = jnp.sum(jnp.where(pred, _follow(cd_prev[:, None, :], d), 0.0), axis=2)
     k = jnp.sum(pred.astype(dtype), axis=2)
     c_dyn, w = _node_update(cd_prev, active, conf, acc, k)
     carry = UmasCarry(
@@ -281,12 +370,47 @@ def _drop_outputs(step, *args):
     return carry, None
 
 
-def _default_unroll(t_max: int, n_agents: int) -> int | bool:
-    # Fully unrolled, the rounds fuse into one pass over the batch (a rolled scan was 4x
-    # slower at T = 3 on CPU); long or wide runs keep a partly rolled loop to bound the
-    # compile time (the unrolled body has A * (A - 1) terms per round).
-    per_round = max(1, n_agents * n_agents)
-    return True if t_max * per_round <= 4096 else max(1, 4096 // per_round)
+#: Full unrolling limits (see :func:`_default_unroll`): rounds, and ``T * A**2`` terms for
+#: the default graph and for explicit graphs.
+FULL_UNROLL_ROUNDS = 12
+FULL_UNROLL_TERMS = 320
+FULL_UNROLL_TERMS_EXPLICIT = 192
+
+
+def _default_unroll(t_max: int, n_agents: int, explicit: bool = False) -> bool | int:
+    """Unroll all rounds of small runs, none of the others (``lax.scan`` ``unroll``).
+
+    Fully unrolled, the rounds fuse into one pass over the batch, 3-5x faster than a rolled
+    loop at N = 1e6. But XLA then fuses each round's ``A * (A - 1)`` terms into the next
+    round's, so the fused expression grows exponentially with ``T``: compile and run times
+    explode past a few hundred terms. Partial unrolling (2, 3, 4, 5, 8) was always slower
+    than either (3-10x slower than rolled at N = 65,536, for the same reason inside the loop
+    body), so it is all or one. Measured on 2 CPU cores (jaxlib 0.10, float32, one device,
+    ``umas_scan(...).lower().compile()`` then the best of 5 runs; compile s / run ms;
+    N = 65,536 unless marked)::
+
+        T     A  graph      full: compile  run             rolled: compile  run
+        3     4  default          0.18     12.2 (N=1e6)          0.50     80.8 (N=1e6)
+        5     8  default          1.40      157 (N=1e6)          1.58      392 (N=1e6)
+        5     8  default          1.02      6.7                  1.29     13.9
+        3     8  explicit         1.25      130 (N=1e6)          1.16      291 (N=1e6)
+        5     8  explicit         2.80     95.2                  1.32     21.8
+        12    4  default          0.62      5.4                  0.38      9.6
+        20    4  default          1.26    111.6                  0.62     17.3
+        25    3  default          0.84     14.5                  0.38     15.6
+        25    4  default          10.4   17,500 (N=1024)         0.41     21.0
+        50    2  default          1.27     21.9                  0.42     19.6
+        80    2  default          > 90 s (did not finish)        0.47     15.7
+        1000  2  default          > 60 s (did not finish)        0.28      7.8 (N=1024)
+
+    Rolled, compile time does not grow with ``T`` but with one round's unrolled agent terms
+    (N = 1024, T = 1000 unless marked): 1.0 s at A = 8 (T = 200), 3.4 s at A = 16 with an
+    explicit graph (the widest slot-unrolled case), 0.7 s (default) / 0.8 s (explicit) at
+    A = 64 on the dense path beyond ``MAX_UNROLLED_AGENTS``.
+    """
+    terms = t_max * max(1, n_agents * n_agents)
+    limit = FULL_UNROLL_TERMS_EXPLICIT if explicit else FULL_UNROLL_TERMS
+    return True if t_max <= FULL_UNROLL_ROUNDS and terms <= limit else 1
 
 
 def _summaries(carry: UmasCarry) -> dict:
@@ -321,14 +445,17 @@ def umas_scan(
       node_mask: ``[T, N, A]`` bool, true where the agent spoke in that round.
       edge_mask: ``None`` for the protocol default graph (every other agent active at
         ``t-1``; the fast path, no ``[A, A]`` array is read), a bool ``[T, N, A, A]`` mask
-        (``[t, n, i, j]``: node ``(t, i)`` read node ``(t-1, j)``) or its packed bit rows
-        ``[T, N, A]`` (:func:`pack_edges`). Predecessors absent at ``t-1`` are ignored.
+        (``[t, n, i, j]``: node ``(t, i)`` read node ``(t-1, j)``), or its packed bit rows:
+        ``[T, N, A]`` unsigned (``A <= 32``) or ``[T, N, A, W]`` uint32 words for any ``A``
+        (:func:`pack_edges`). Predecessors absent at ``t-1`` are ignored; an empty row
+        means no predecessors (``w = 1``).
       fields: which outputs to compute (static): names from ``SUMMARY_FIELDS`` (``[N]``)
         and ``TRACE_FIELDS`` (``[T, N, A]``, NaN where the node is masked; ``w`` is 1 for
         nodes that start afresh). Only what is asked for is written.
       self_edges: with ``edge_mask=None``, also read the agent's own node of ``t-1``.
-      unroll: ``lax.scan`` unroll factor; ``None`` unrolls fully unless ``T * A**2 > 4096``.
-        A compile-time choice only: the numbers are the same.
+      unroll: ``lax.scan`` unroll factor; ``None`` chooses from measured compile and run
+        times (:func:`_default_unroll`: all rounds of short, narrow runs, else rolled). A
+        compile-time choice only: the numbers are the same up to fused multiply-adds.
 
     Returns:
       dict name -> array in the dtype of ``conf``. ``n_nodes`` counts valid nodes; ``umas``
@@ -338,12 +465,9 @@ def umas_scan(
     t_max, n, a = conf.shape
     node_mask = node_mask.astype(bool)
     slots = a <= MAX_UNROLLED_AGENTS
-    if edge_mask is not None:
-        packed = edge_mask.ndim == 3
-        if slots and not packed:
-            edge_mask = pack_edges(edge_mask)
-        elif not slots and packed:
-            edge_mask = unpack_edges(edge_mask, a)
+    kind, edge_mask = _edge_form(edge_mask, a)
+    if slots and kind == "mask":
+        edge_mask = pack_edges(edge_mask)[..., None].astype(jnp.uint32)  # A <= 16: one word
     zero = jnp.zeros((n,), dtype)
     if slots:
         init = UmasCarry(
@@ -360,7 +484,7 @@ def umas_scan(
         body,
         init,
         (conf, node_mask, edge_mask),
-        unroll=_default_unroll(t_max, a) if unroll is None else unroll,
+        unroll=_default_unroll(t_max, a, kind is not None) if unroll is None else unroll,
     )
     result = _summaries(carry)
     if with_trace:
@@ -389,11 +513,7 @@ def umas_scan_numpy(
     dtype = conf.dtype
     node_mask = np.asarray(node_mask, bool)
     t_max, n, a = conf.shape
-    if edge_mask is not None:
-        edge_mask = np.asarray(edge_mask)
-        if edge_mask.ndim == 3:
-            edge_mask = unpack_edges(edge_mask, a)
-        edge_mask = edge_mask.astype(bool)
+    kind, edge_mask = _edge_form(None if edge_mask is None else np.asarray(edge_mask), a)
     allowed = np.ones((a, a), bool) if self_edges else ~np.eye(a, dtype=bool)
     one = dtype.type(1)
     c_dyn = np.zeros((n, a), dtype)
@@ -406,17 +526,19 @@ def umas_scan_numpy(
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         for t in range(t_max):
             c, valid = conf[t], node_mask[t]
-            edges = allowed if edge_mask is None else edge_mask[t]
+            if kind is None:
+                edges = allowed
+            else:
+                edges = edge_mask[t] if kind == "mask" else _unpack_words(edge_mask[t], a)
             pred = edges & active[:, None, :]  # [N, i, j]
             d = np.minimum(c_dyn, dtype.type(CONF_CEILING))[:, :, None]
             w_ji = (c_dyn[:, None, :] - d) / d
-            sig = one / (one + np.exp(-w_ji))
-            acc = np.where(pred, sig, 0).sum(axis=2, dtype=dtype)
+            follow = one / (one + np.exp(w_ji))  # sigmoid(-w_ji): see _follow
+            acc = np.where(pred, follow, 0).sum(axis=2, dtype=dtype)
             k = pred.sum(axis=2).astype(dtype)
-            w = one - acc / k
             fresh = ~active | (k == 0)
-            w = np.where(fresh, one, w)
-            c_new = np.where(fresh, c, (one - w) * c_dyn + w * c)
+            w = np.where(fresh, one, acc / k)
+            c_new = np.where(fresh, c, c_dyn + w * (c - c_dyn))
             sum_dyn = sum_dyn + np.where(valid, c_new, 0).sum(axis=1, dtype=dtype)
             sum_c = sum_c + np.where(valid, c, 0).sum(axis=1, dtype=dtype)
             count = count + valid.sum(axis=1).astype(dtype)
@@ -440,11 +562,22 @@ def _py_sigmoid(x: float) -> float:
     return e / (1.0 + e)
 
 
+def _node_preds(predecessors, t: int, i: int):
+    """The explicit predecessor list of node ``(t, i)``, or ``None`` (null or missing at any
+    level: the whole column, the round, or the node)."""
+    if predecessors is None or t >= len(predecessors) or predecessors[t] is None:
+        return None
+    row = predecessors[t]
+    return row[i] if i < len(row) else None
+
+
 def umas_trajectory(
     conf: Sequence[Sequence[float | None]],
-    predecessors: Sequence[Sequence[Sequence[int] | None]] | None = None,
+    predecessors: Sequence[Sequence[Sequence[int] | None] | None] | None = None,
     *,
     self_edges: bool = False,
+    n_agents: int | None = None,
+    trajectory_id: str | None = None,
 ) -> dict[str, float | list]:
     """UMAS of one trajectory from the nested corpus columns, in plain Python floats.
 
@@ -452,13 +585,39 @@ def umas_trajectory(
       conf: ``[round][agent]`` node confidence; ``None`` where the agent did not speak.
         Rounds may have different lengths (missing slots are absent agents).
       predecessors: ``[round][agent]`` the agent slots of round ``t-1`` that node ``(t, i)``
-        read (the ``predecessors`` column); ``None`` (whole argument or one node) takes the
-        default graph: every other agent active at ``t-1`` (plus itself with ``self_edges``).
+        read (the ``predecessors`` column). A list is the node's whole predecessor set
+        (duplicates count once; an empty list: no predecessors, ``w = 1``); ``None`` -- the
+        whole argument, a round or one node, or a slot past the end of a round -- takes the
+        protocol default: every other agent active at ``t-1`` (plus itself with
+        ``self_edges``). Given, it must have as many rounds as ``conf``.
+      n_agents: the team size indices are checked against (default: the longest round of
+        ``conf``).
+      trajectory_id: named in error messages.
 
     Returns:
       ``{"umas", "umas_fix", "n_nodes", "c_dyn"}``; ``c_dyn`` nested like ``conf`` (None for
       absent agents). ``umas``/``umas_fix`` are NaN when no node is valid.
+
+    Raises:
+      ValueError: a predecessor index outside ``[0, n_agents)`` (naming trajectory, round,
+        agent and index), or ``predecessors`` with a different number of rounds.
     """
+    team = max((len(row) for row in conf), default=0) if n_agents is None else int(n_agents)
+    who = f"trajectory {trajectory_id!r}: " if trajectory_id is not None else ""
+    if predecessors is not None:
+        if len(predecessors) != len(conf):
+            raise ValueError(
+                f"{who}predecessors has {len(predecessors)} rounds but the node confidence "
+                f"has {len(conf)} (field predecessors)"
+            )
+        for t, row in enumerate(predecessors):
+            for i, preds in enumerate(row or ()):
+                for j in preds or ():
+                    if not 0 <= j < team:
+                        raise ValueError(
+                            f"{who}round {t}, agent {i}: predecessor {j} is not an agent of "
+                            f"the team of {team} (field predecessors)"
+                        )
     c_dyn: list[list[float | None]] = []
     prev: Sequence[float | None] = []
     total_dyn = total_c = 0.0
@@ -471,17 +630,17 @@ def umas_trajectory(
                 continue
             c = float(c)
             prev_i = prev[i] if i < len(prev) else None
-            preds = None if predecessors is None else predecessors[t][i]
+            preds = _node_preds(predecessors, t, i)
             if preds is None:
                 preds = [j for j in range(len(prev)) if j != i or self_edges]
-            preds = [j for j in preds if j < len(prev) and prev[j] is not None]
+            preds = sorted({j for j in preds if j < len(prev) and prev[j] is not None})
             if prev_i is None or not preds:
                 new = c
             else:
                 d = min(prev_i, CONF_CEILING)
-                mean_sig = sum(_py_sigmoid((prev[j] - d) / d) for j in preds) / len(preds)
-                w = 1.0 - mean_sig
-                new = (1.0 - w) * prev_i + w * c
+                # w = 1 - mean sigmoid(w_ji), as mean sigmoid(-w_ji): no cancellation
+                w = sum(_py_sigmoid((d - prev[j]) / d) for j in preds) / len(preds)
+                new = prev_i + w * (c - prev_i)  # = (1 - w) c_prev + w c
             out.append(new)
             total_dyn += new
             total_c += c

@@ -1,8 +1,11 @@
-"""UMAS kernels (kernels/umas.py): the jitted scan against its NumPy twin and the plain-Python
-trajectory reference, a hand-worked example, invariances and named edge cases.
+"""UMAS kernels (kernels/umas.py): the jitted scan against its NumPy twin, both against the
+reference in tests/_umas_reference.py (written from DESIGN.md apart from the kernel module),
+a hand-worked example, invariances and named edge cases. Shapes (T, N, A) are drawn; graphs,
+ragged lengths and absent agents come from the drawn seed. More drawn graphs and values:
+tests/test_umas_graphs.py.
 
-Tolerances: float64 to 1e-12 (inside ``jax.enable_x64(True)``), float32 to 1e-5 (relative,
-the scores are O(1..100)).
+Tolerances: float64 to 1e-12 (inside ``jax.enable_x64(True)``), float32 kernel vs float32
+twin to 1e-5 (relative, the scores are O(1..100)).
 """
 
 import math
@@ -11,7 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given
+from _umas_reference import umas_reference
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastuq.kernels import umas as U
@@ -54,15 +58,19 @@ def _assert_close(got, want, dtype):
 
 
 def _python(conf, mask, edges, n, self_edges=False):
-    """Plain-Python reference for trajectory n from the packed arrays."""
+    """The reference (tests/_umas_reference.py) for trajectory n from the packed arrays; the
+    default graph with self-edges is passed to it as explicit lists."""
     t_max, _, a = mask.shape
     rows = [[float(conf[t, n, i]) if mask[t, n, i] else None for i in range(a)]
             for t in range(t_max)]
     preds = None
+    if edges is None and self_edges:
+        edges = np.ones((t_max, 1, a, a), bool)
+        n = 0
     if edges is not None:
         preds = [[[j for j in range(a) if edges[t, n, i, j]] for i in range(a)]
                  for t in range(t_max)]
-    return U.umas_trajectory(rows, preds, self_edges=self_edges)
+    return umas_reference(rows, preds, a)
 
 
 # ---------------------------------------------------------------------------------------
@@ -104,13 +112,17 @@ def test_hand_worked_two_agents_two_rounds_default_graph():
 # Kernel vs twin vs plain Python
 
 
+@settings(max_examples=20, deadline=None)
 @given(
     seed=st.integers(0, 2**32 - 1),
     graph=st.sampled_from(["default", "default_self", "mask", "packed"]),
     p_node=st.sampled_from([0.5, 0.8, 1.0]),
+    shape=st.tuples(st.sampled_from([1, 2, 3, 5, 13]), st.sampled_from([1, 7, 16]),
+                    st.sampled_from([1, 2, 3, 4, 8])),
 )
-def test_jit_matches_numpy_twin_on_random_ragged_batches(seed, graph, p_node):
-    conf, mask, edges = _random_batch(seed, p_node=p_node)
+def test_jit_matches_numpy_twin_on_random_ragged_batches(seed, graph, p_node, shape):
+    # T = 13 is rolled (not unrolled) at A >= 4; A = 1 has no peers; N = 1 one trajectory.
+    conf, mask, edges = _random_batch(seed, shape=shape, p_node=p_node)
     self_edges = graph == "default_self"
     if graph.startswith("default"):
         edges = None
@@ -125,9 +137,10 @@ def test_jit_matches_numpy_twin_on_random_ragged_batches(seed, graph, p_node):
         _assert_close(got, want, dtype)
 
 
-@given(seed=st.integers(0, 2**32 - 1), explicit=st.booleans(), self_edges=st.booleans())
-def test_numpy_twin_matches_plain_python_reference(seed, explicit, self_edges):
-    conf, mask, edges = _random_batch(seed, shape=(3, 6, 4))
+@given(seed=st.integers(0, 2**32 - 1), explicit=st.booleans(), self_edges=st.booleans(),
+       t_max=st.integers(1, 6), a=st.integers(1, 6))
+def test_numpy_twin_matches_plain_python_reference(seed, explicit, self_edges, t_max, a):
+    conf, mask, edges = _random_batch(seed, shape=(t_max, 4, a))
     if not explicit:
         edges = None
     out = U.umas_scan_numpy(conf, mask, edges, fields=ALL_FIELDS, self_edges=self_edges)
@@ -300,8 +313,9 @@ def _both(conf_rows, preds=None):
     want = U.umas_scan_numpy(conf, mask, edges, fields=ALL_FIELDS)
     _assert_close(got, want, np.float64)
     py_rows = [[None if math.isnan(c) else c for c in row] for row in conf_rows]
-    py = U.umas_trajectory(py_rows, preds)
-    assert got["umas"][0] == pytest.approx(py["umas"], abs=1e-12)
+    ref = umas_reference(py_rows, preds)
+    assert got["umas"][0] == pytest.approx(ref["umas"], abs=1e-12)
+    assert U.umas_trajectory(py_rows, preds)["umas"] == pytest.approx(ref["umas"], abs=1e-12)
     assert np.isnan(got["umas"][1:]).all()
     return {
         name: value[0] if name in U.SUMMARY_FIELDS else value[: rows.shape[0], 0, : rows.shape[1]]
