@@ -7,10 +7,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from _references import sauce_exact
+from _umas_reference import umas_reference
 
 import fastuq
-from _references import sauce_exact
-from fastuq.kernels.umas import umas_trajectory
 from fastuq.synth import corpus
 
 #: The presets of DESIGN.md, typed in by hand (not read from the package).
@@ -47,7 +47,7 @@ def _reference(rec, name):
     if name == "sauce":  # exact rationals, apart from the package's filters
         return sauce_exact(a, h, **PRESETS_BY_HAND[rec["protocol"]])["score"]
     if name in ("umas", "umas_fix"):
-        return umas_trajectory(rec["seq_logprob"])[name]
+        return umas_reference(rec["seq_logprob"], n_agents=rec["n_agents"])[name]
     if name == "msp_final":
         return -_mean(last)
     if name == "perplexity_final":
@@ -93,10 +93,12 @@ def test_umas_confidence_variants(topk_corpus):
     for k, r in enumerate(records[:20]):
         conf = [[None if x is None else x / n for x, n in zip(lr, nr, strict=True)]
                 for lr, nr in zip(r["seq_logprob"], r["n_tokens"], strict=True)]
-        assert mean_lp[k] == pytest.approx(umas_trajectory(conf)["umas"], rel=1e-10)
+        want = umas_reference(conf, n_agents=r["n_agents"])["umas"]
+        assert mean_lp[k] == pytest.approx(want, rel=1e-10)
         conf = [[None if tk is None else -_node_entropy(tk) for tk in rnd]
                 for rnd in r["topk_logprobs"]]
-        assert neg_h[k] == pytest.approx(umas_trajectory(conf)["umas"], rel=1e-10)
+        want = umas_reference(conf, n_agents=r["n_agents"])["umas"]
+        assert neg_h[k] == pytest.approx(want, rel=1e-10)
     with pytest.raises(ValueError, match="confidence"):
         fastuq.score(path, "umas", confidence="nope")
 
@@ -122,9 +124,10 @@ def test_umas_reads_explicit_predecessors(tmp_path):
     pq.write_table(_node_table(seq, preds), path)
     got = fastuq.score(path, "umas")["umas"].to_numpy()
     for k in range(2):
-        assert got[k] == pytest.approx(umas_trajectory(seq[k], preds[k])["umas"], abs=1e-12)
+        want = umas_reference(seq[k], preds[k], n_agents=3)["umas"]
+        assert got[k] == pytest.approx(want, abs=1e-12)
     # The default graph gives a different number on the first record.
-    default = umas_trajectory(seq[0])["umas"]
+    default = umas_reference(seq[0], n_agents=3)["umas"]
     assert abs(default - got[0]) > 1e-6
 
 
