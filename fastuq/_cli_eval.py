@@ -273,7 +273,9 @@ def run(args: argparse.Namespace) -> int:
         }
         out = Path(args.json_out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+        from ._io import atomic_write_text
+
+        atomic_write_text(out, json.dumps(doc, indent=2, allow_nan=False) + "\n")
         print(f"wrote {out}", file=sys.stderr)
     if plots:
         print(f"wrote {len(plots)} plot(s) to {args.plots}", file=sys.stderr)

@@ -55,6 +55,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"{prog}: give a CORPUS or --sample (one of them)", file=sys.stderr)
         return 2
     source = sample_corpus_path() if args.sample else Path(args.input)
+    from ._io import cli_check_outputs
+
+    rc = cli_check_outputs(prog, [source, getattr(args, "params", None)],
+                           [("-o", args.output, "json")])
+    if rc is not None:
+        return rc
     start = time.perf_counter()
     skipped: list = []
     skipped_to = None

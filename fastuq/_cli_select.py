@@ -34,7 +34,12 @@ def run(args: argparse.Namespace) -> int:
     from . import _cli_scoring as cs
     from .selection import best_of_k
 
+    from ._io import cli_check_outputs
+
     source = Path(args.input)
+    rc = cli_check_outputs("fastuq select", [source], [("--json", args.json, "json")])
+    if rc is not None:
+        return rc
     skipped_to = None
     bar = cs.Progress(args.progress)
     try:
@@ -73,5 +78,7 @@ def run(args: argparse.Namespace) -> int:
     for name, acc in rows:
         print(f"{name:<{width}}  {100 * acc:8.2f}")
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        from ._io import atomic_write_text
+
+        atomic_write_text(args.json, json.dumps(result, indent=2) + "\n")
     return 0

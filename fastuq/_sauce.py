@@ -111,7 +111,7 @@ def lambda_kalman_forward(
         nu_t = m_t - mu_pred
         mu = mu_pred + k_t * nu_t
         # (1 - K_t) * P written so that it cannot cancel when P >> R_t.
-        sigma2 = max(k_t * r_eff, VARIANCE_FLOOR)
+        sigma2 = max(p_minus * r_eff / s_t, VARIANCE_FLOOR)
         rounds.append(
             {"round_index": t, "mu": mu, "sigma2": sigma2, "S_t": s_t, "K_t": k_t, "nu_t": nu_t}
         )

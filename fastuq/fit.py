@@ -165,14 +165,10 @@ class FitResult:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write :meth:`to_dict` as JSON, atomically (temporary file, then rename)."""
+        from ._io import atomic_write_text
+
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        try:
-            tmp.write_text(json.dumps(self.to_dict(), indent=1, default=_json_default) + "\n")
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=1, default=_json_default) + "\n")
         return path
 
 

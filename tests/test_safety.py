@@ -170,6 +170,39 @@ def test_other_commands_check_their_outputs_first(tmp_path, capsys):
     assert "a file is in the way" in _one_error_line(capsys.readouterr().err, "fastuq eval")
 
 
+def test_fit_and_select_check_their_outputs_first_and_write_atomically(tmp_path, capsys,
+                                                                       monkeypatch):
+    corpus, _ = _corpus(tmp_path)
+    before = corpus.read_bytes()
+    (tmp_path / "afile").write_text("x")
+    # fit -o: the corpus itself, a path under a file, a name that is not JSON
+    assert main(["fit", str(corpus), "-o", str(corpus)]) == 2
+    assert "input" in _one_error_line(capsys.readouterr().err, "fastuq fit")
+    assert main(["fit", str(corpus), "-o", str(tmp_path / "afile" / "p.json")]) == 2
+    assert "is not a folder" in _one_error_line(capsys.readouterr().err, "fastuq fit")
+    assert main(["fit", str(corpus), "-o", str(tmp_path / "p.parquet")]) == 2
+    _one_error_line(capsys.readouterr().err, "fastuq fit")
+    # select --json: the corpus itself
+    assert main(["select", str(corpus), "--json", str(corpus)]) == 2
+    _one_error_line(capsys.readouterr().err, "fastuq select")
+    assert corpus.read_bytes() == before
+    # A failing write of the JSON leaves neither the target nor a temporary file.
+    from fastuq import _io
+    from fastuq.fit import fit_sauce
+
+    result = fit_sauce(corpus, steps=2, folds=2)
+
+    def broken(self, *a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(Path, "write_text", broken)
+    with pytest.raises(OSError, match="disk full"):
+        result.save(tmp_path / "out" / "p.json")
+    monkeypatch.undo()
+    assert _listing(tmp_path / "out") == []
+    assert not _io._TEMPORARIES
+
+
 def test_temporary_file_removed_when_writing_fails(tmp_path):
     from fastuq._io import AtomicParquetWriter
 
