@@ -32,9 +32,8 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``fastuq select``; returns the exit status."""
     from . import _cli_scoring as cs
-    from .selection import best_of_k
-
     from ._io import cli_check_outputs
+    from .selection import best_of_k
 
     source = Path(args.input)
     rc = cli_check_outputs("fastuq select", [source], [("--json", args.json, "json")])
