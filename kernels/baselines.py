@@ -80,26 +80,29 @@ ENTROPY_FLOOR = 1e-8
 
 
 def default_unroll(t_max: int) -> int | bool:
-    """``lax.scan`` unrolling for ``t_max`` rounds: full up to 8 rounds, else a rolled loop.
+    """``lax.scan`` unrolling for ``t_max`` rounds: full up to 12 rounds, else a rolled loop.
 
-    Measured on 2 CPU cores (float32, 2^18 trajectories; round = mean and weighted
-    agreement, node = the three node baselines at A = 8), compile / run:
+    Measured on 2 CPU cores (float32; round = the three round baselines over 2^20
+    trajectories, node = the three node baselines over 2^17 trajectories x 8 agents),
+    compile + first call / run (median of 7):
 
-    ====  ===================  ===================  ===================  ==================
-    T     round, full          round, rolled        node, full           node, rolled
-    ====  ===================  ===================  ===================  ==================
-    3     0.3 s / 7 ms         0.7 s / 3 ms         1.4 s / 1.4 ms       0.9 s / 4.5 ms
-    8     0.9 s / 9 ms         0.7 s / 3.5 ms       2.1 s / 11 ms        0.6 s / 37 ms
-    16    1.6 s / 36 ms        0.7 s / 10 ms        2.8 s / 60 ms        0.7 s / 25 ms
-    32    3.3 s / 180 ms       0.8 s / 13 ms        7.9 s / 190 ms       1.4 s / 110 ms
-    64    19 s / 1900 ms       0.9 s / 78 ms        20 s / 710 ms        0.8 s / 300 ms
-    ====  ===================  ===================  ===================  ==================
+    ====  ==================  ==================  ==================  ==================
+    T     round, full         round, rolled       node, full          node, rolled
+    ====  ==================  ==================  ==================  ==================
+    8     0.3 s / 44 ms       0.5 s / 63 ms       1.6 s / 30 ms       0.4 s / 52 ms
+    12    0.3 s / 45 ms       0.5 s / 84 ms       1.3 s / 74 ms       0.4 s / 69 ms
+    16    0.6 s / 203 ms      0.4 s / 112 ms      1.3 s / 89 ms       0.6 s / 117 ms
+    24    0.8 s / 484 ms      0.5 s / 138 ms      2.4 s / 159 ms      0.5 s / 143 ms
+    32    1.5 s / 783 ms      0.6 s / 189 ms      3.3 s / 504 ms      0.6 s / 214 ms
+    64    19 s / 1.9 s        0.9 s / 78 ms *     20 s / 710 ms *     0.8 s / 300 ms *
+    ====  ==================  ==================  ==================  ==================
 
-    (a loaded machine: ratios, not absolute times). Beyond a few rounds full unrolling
-    costs compile time and run time alike; a rolled loop compiles in about a second for
-    any T (T = 1000 with A = 64 included).
+    (* an earlier run on a loaded machine, 2^18 trajectories). Past a dozen rounds full
+    unrolling costs compile time and run time alike; a partial unroll (4) was slower than
+    either; a rolled loop compiles in about a second for any T (T = 1000 with A = 64
+    included).
     """
-    return True if t_max <= 8 else 1
+    return True if t_max <= 12 else 1
 
 #: Per-trajectory outputs ``[N]`` of :func:`node_baselines`, and the inputs each needs.
 NODE_FIELDS = {
@@ -349,15 +352,14 @@ class RoundCarry(NamedTuple):
     last_x:   ``x_t`` at the last executed round so far (NaN before any).
     sum_x:    sum of ``x_t`` over executed rounds (an exact integer for counts).
     n_rounds: number of executed rounds.
-    r_ref:    R_t of the first executed round (the unit of the weights).
-    sum_wx:   sum of ``x_t * w_t`` over executed rounds, ``w_t = r_ref / R_t``.
+    sum_wx:   sum of ``x_t * w_t`` over executed rounds, ``w_t = r_ref / R_t`` (``r_ref``:
+              R_t of the first executed round, the unit of the weights).
     sum_w:    sum of ``w_t`` over executed rounds.
     """
 
     last_x: jax.Array
     sum_x: jax.Array
     n_rounds: jax.Array
-    r_ref: jax.Array
     sum_wx: jax.Array
     sum_w: jax.Array
 
@@ -369,23 +371,37 @@ def _counts(m_t, team, xp):
     return xp.where(team > 0, xp.rint(m_t * team), m_t)
 
 
+def _first_round_noise(noise, round_mask, xp, unroll=1):
+    """``[N]`` the value of ``noise [T, N]`` at each trajectory's first executed round (the
+    last round's value where none executed): a select per round from the last to the first
+    (``argmax`` and gathers over the round axis ran 10-50x slower on XLA's CPU backend)."""
+    if xp is np:
+        ref = noise[-1]
+        for t in range(noise.shape[0] - 2, -1, -1):
+            ref = np.where(round_mask[t], noise[t], ref)
+        return ref
+
+    def step(ref, inputs):
+        value, valid = inputs
+        return jnp.where(valid, value, ref), None
+
+    ref, _ = lax.scan(step, noise[-1], (noise, round_mask), reverse=True, unroll=unroll)
+    return ref
+
+
 def _round_step(carry: RoundCarry, inputs):
-    """One round: ``inputs`` = (agreement ``[N]``, round_mask ``[N]``, token_entropy ``[N]``
-    or ``None``, team size ``[N]`` or ``None``)."""
-    m_t, valid, h_t, team = inputs
+    """One round: ``inputs`` = (agreement ``[N]``, round_mask ``[N]``, weight
+    ``w_t = r_ref / R_t`` ``[N]`` or ``None``, team size ``[N]`` or ``None``)."""
+    m_t, valid, w_t, team = inputs
     x_t = _counts(m_t, team, jnp)
-    r_ref, sum_wx, sum_w = carry.r_ref, carry.sum_wx, carry.sum_w
-    if h_t is not None:
-        r_t = jnp.maximum(h_t.astype(m_t.dtype), ENTROPY_FLOOR)
-        r_ref = jnp.where(valid & (carry.n_rounds == 0), r_t, r_ref)
-        w_t = r_ref / r_t
+    sum_wx, sum_w = carry.sum_wx, carry.sum_w
+    if w_t is not None:
         sum_wx = sum_wx + jnp.where(valid, x_t * w_t, 0.0)
         sum_w = sum_w + jnp.where(valid, w_t, 0.0)
     carry = RoundCarry(
         jnp.where(valid, x_t, carry.last_x),
         carry.sum_x + jnp.where(valid, x_t, 0.0),
         carry.n_rounds + valid.astype(m_t.dtype),
-        r_ref,
         sum_wx,
         sum_w,
     )
@@ -436,10 +452,16 @@ def round_baselines(
     t_max, n = agreement.shape
     team = None if team_size is None else jnp.asarray(team_size).astype(dtype)
     zero = jnp.zeros((n,), dtype)
+    weights = None
+    if token_entropy is not None:
+        noise = jnp.maximum(token_entropy.astype(dtype), ENTROPY_FLOOR)
+        unroll_t = default_unroll(t_max) if unroll is None else unroll
+        first = _first_round_noise(noise, round_mask.astype(bool), jnp, unroll_t)
+        weights = first[None, :] / noise
     carry, _ = lax.scan(
         lambda c, x: _round_step(c, (*x, team)),
-        RoundCarry(zero + jnp.nan, zero, zero, zero + 1, zero, zero),
-        (agreement, round_mask.astype(bool), token_entropy),
+        RoundCarry(zero + jnp.nan, zero, zero, zero, zero),
+        (agreement, round_mask.astype(bool), weights),
         unroll=default_unroll(t_max) if unroll is None else unroll,
     )
     result = _round_summaries(carry, team, jnp)
@@ -464,7 +486,10 @@ def round_baselines_numpy(
     last_x = np.full(n, np.nan, dtype)
     sum_x = np.zeros(n, dtype)
     n_rounds = np.zeros(n, dtype)
-    r_ref = np.ones(n, dtype)
+    if token_entropy is not None and "weighted_agreement" in fields:
+        token_entropy = np.asarray(token_entropy, dtype)
+        r_ref = _first_round_noise(
+            np.maximum(token_entropy, dtype.type(ENTROPY_FLOOR)), round_mask, np)
     sum_wx = np.zeros(n, dtype)
     sum_w = np.zeros(n, dtype)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
@@ -472,8 +497,7 @@ def round_baselines_numpy(
             valid = round_mask[t]
             x_t = _counts(agreement[t], team, np)
             if token_entropy is not None and "weighted_agreement" in fields:
-                r_t = np.maximum(np.asarray(token_entropy[t], dtype), dtype.type(ENTROPY_FLOOR))
-                r_ref = np.where(valid & (n_rounds == 0), r_t, r_ref)
+                r_t = np.maximum(token_entropy[t], dtype.type(ENTROPY_FLOOR))
                 w_t = r_ref / r_t
                 sum_wx = sum_wx + np.where(valid, x_t * w_t, 0)
                 sum_w = sum_w + np.where(valid, w_t, 0)
@@ -481,7 +505,7 @@ def round_baselines_numpy(
             sum_x = sum_x + np.where(valid, x_t, 0)
             n_rounds = n_rounds + valid
         result = _round_summaries(
-            RoundCarry(last_x, sum_x, n_rounds, r_ref, sum_wx, sum_w), team, np
+            RoundCarry(last_x, sum_x, n_rounds, sum_wx, sum_w), team, np
         )
     return {name: np.asarray(result[name], dtype) for name in fields}
 
