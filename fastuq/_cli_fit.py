@@ -48,7 +48,6 @@ def run(args: argparse.Namespace) -> int:
     from . import _cli_scoring as cs
     from .cli import sample_corpus_path
     from .fit import fit_sauce
-    from .sweeps import load_sauce_data
 
     prog = "fastuq fit"
     if args.sample == (args.input is not None):
@@ -66,16 +65,7 @@ def run(args: argparse.Namespace) -> int:
     skipped_to = None
     try:
         cs.check_skip_args(args)
-        bar = cs.Progress(args.progress)
-        try:
-            data = load_sauce_data(source, protocol=args.protocol, dtype=args.dtype,
-                                   observation_noise=args.observation_noise,
-                                   on_error=args.on_error, skipped=skipped, progress=bar)
-        finally:
-            bar.close()
-        if args.on_error == "skip":
-            skipped_to = cs.write_skipped(skipped, cs.skipped_path(args, source, args.output))
-            cs.report_skipped(prog, skipped, skipped_to)
+        data, skipped_to = cs.load_data(prog, args, source, skipped)
         bar = cs.Progress(args.progress, unit="fits")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", RuntimeWarning)

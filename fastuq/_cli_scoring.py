@@ -99,6 +99,26 @@ def report_skipped(prog: str, skipped: Sequence[Skipped], path: Path | None) -> 
         print(f"  {k.reason}", file=sys.stderr)
 
 
+def load_data(prog: str, args, source: Path, skipped: list):
+    """``load_sauce_data`` for ``fit`` and ``sweep`` with their progress, skip and
+    observation-noise options; with ``--on-error skip`` the skipped records are written and
+    reported. Returns ``(data, path of the skipped list or None)``."""
+    from .sweeps import load_sauce_data
+
+    bar = Progress(args.progress)
+    try:
+        data = load_sauce_data(source, protocol=args.protocol, dtype=args.dtype,
+                               observation_noise=args.observation_noise,
+                               on_error=args.on_error, skipped=skipped, progress=bar)
+    finally:
+        bar.close()
+    skipped_to = None
+    if args.on_error == "skip":
+        skipped_to = write_skipped(skipped, skipped_path(args, source, args.output))
+        report_skipped(prog, skipped, skipped_to)
+    return data, skipped_to
+
+
 def check_skip_args(args) -> None:
     """``--skipped`` only means something with ``--on-error skip``."""
     if args.skipped and args.on_error != "skip":

@@ -110,7 +110,6 @@ def run(args: argparse.Namespace) -> int:
             print(f"{prog}: --plot needs matplotlib (pip install matplotlib)", file=sys.stderr)
             return 1
     from . import _cli_scoring as cs
-    from .sweeps import load_sauce_data
 
     source = sample_corpus_path() if args.sample else Path(args.input)
     from ._io import cli_check_outputs
@@ -124,16 +123,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         cs.check_skip_args(args)
         base = cs.load_params(args)
-        bar = cs.Progress(args.progress)
-        try:
-            data = load_sauce_data(source, protocol=args.protocol, dtype=args.dtype,
-                                   observation_noise=args.observation_noise,
-                                   on_error=args.on_error, skipped=skipped, progress=bar)
-        finally:
-            bar.close()
-        if args.on_error == "skip":
-            cs.report_skipped(prog, skipped, cs.write_skipped(
-                skipped, cs.skipped_path(args, source, args.output)))
+        data, _ = cs.load_data(prog, args, source, skipped)
         cs.report_params(prog, base, data.protocols, args.params)
         bar = cs.Progress(args.progress, unit="grid points")
         try:
