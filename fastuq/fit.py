@@ -52,7 +52,13 @@ from typing import Any
 
 import numpy as np
 
-from .sweeps import PARAMS, SauceData, load_sauce_data, stratified_folds
+from .sweeps import (
+    PARAMS,
+    SauceData,
+    check_protocol_params,
+    load_sauce_data,
+    stratified_folds,
+)
 
 __all__ = ["OBJECTIVES", "FitResult", "fit_sauce", "load_params", "per_parameter"]
 
@@ -213,29 +219,7 @@ def load_params(path: str | os.PathLike) -> dict[str, dict[str, float]]:
                          f"{list(_FILE_KEYS)}")
     if doc.get("estimator", "sauce") != "sauce":
         raise ValueError(f"{path}: parameters of {doc['estimator']!r}; only sauce is supported")
-    params = doc.get("params")
-    if not isinstance(params, dict) or not params:
-        raise ValueError(f"{path}: 'params' must map protocol names to parameter objects")
-    out: dict[str, dict[str, float]] = {}
-    for proto, values in params.items():
-        if not isinstance(values, dict):
-            raise ValueError(f"{path}: params[{proto!r}] must be an object of parameters")
-        bad = [k for k in values if k not in PARAMS]
-        if bad:
-            raise ValueError(f"{path}: params[{proto!r}] has unknown parameter(s) {bad}; "
-                             f"known: {list(PARAMS)}")
-        one = {}
-        for k, v in values.items():
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise ValueError(f"{path}: params[{proto!r}][{k!r}] must be a finite number, "
-                                 f"got {v!r}")
-            one[k] = float(v)
-        if not 0 <= one.get("lam", 0.5) <= 1 or one.get("q", 0.0) < 0 or \
-                one.get("sigma2_0", 1.0) <= 0:
-            raise ValueError(f"{path}: params[{proto!r}] out of range (lam in [0, 1], q >= 0, "
-                             f"sigma2_0 > 0): {one}")
-        out[str(proto)] = one
-    return out
+    return check_protocol_params(doc.get("params"), f"{path}: ")
 
 
 def per_parameter(per_protocol: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:

@@ -785,20 +785,40 @@ def sweep(
 
 
 def _check_base(params) -> dict[str, dict[str, float]] | None:
-    """Validate per-protocol base parameters ``protocol -> {name: value}``."""
+    """Validate per-protocol base parameters ``protocol -> {name: value}`` (None passes)."""
     if params is None:
         return None
-    if not isinstance(params, Mapping):
-        raise ValueError("params must map protocol names to {parameter: value} mappings")
-    out = {}
+    if isinstance(params, Mapping) and not params:
+        return {}
+    return check_protocol_params(params)
+
+
+def check_protocol_params(params, where: str = "") -> dict[str, dict[str, float]]:
+    """Per-protocol SAUCE parameters ``protocol -> {name: value}``, checked: a non-empty
+    mapping of mappings, names from :data:`PARAMS`, finite numbers (not bools), lam in
+    [0, 1], q >= 0, sigma2_0 > 0. ValueError (prefixed by ``where``, e.g. a file name)
+    naming the protocol and key otherwise; returns plain dicts of floats."""
+    if not isinstance(params, Mapping) or not params:
+        raise ValueError(f"{where}'params' must map protocol names to parameter objects")
+    out: dict[str, dict[str, float]] = {}
     for proto, values in params.items():
         if not isinstance(values, Mapping):
-            raise ValueError(f"params[{proto!r}] must be a mapping of parameter values")
+            raise ValueError(f"{where}params[{proto!r}] must be an object of parameters")
         bad = [k for k in values if k not in PARAMS]
         if bad:
-            raise ValueError(f"params[{proto!r}] has unknown parameter(s) {bad}; known: "
-                             f"{list(PARAMS)}")
-        out[str(proto)] = {k: float(v) for k, v in values.items()}
+            raise ValueError(f"{where}params[{proto!r}] has unknown parameter(s) {bad}; "
+                             f"known: {list(PARAMS)}")
+        one = {}
+        for k, v in values.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ValueError(f"{where}params[{proto!r}][{k!r}] must be a finite number, "
+                                 f"got {v!r}")
+            one[k] = float(v)
+        if not 0 <= one.get("lam", 0.5) <= 1 or one.get("q", 0.0) < 0 or \
+                one.get("sigma2_0", 1.0) <= 0:
+            raise ValueError(f"{where}params[{proto!r}] out of range (lam in [0, 1], q >= 0, "
+                             f"sigma2_0 > 0): {one}")
+        out[str(proto)] = one
     return out
 
 

@@ -400,3 +400,21 @@ def test_imports_do_not_load_jax():
     code = ("import sys, fastuq.sweeps, fastuq.fit, fastuq._cli_sweep, fastuq._cli_fit, "
             "fastuq._rank_fast; assert 'jax' not in sys.modules, 'jax imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("params, needle", [
+    ({"debate": {"lam": 2.0}}, "out of range"),
+    ({"debate": {"q": float("nan")}}, "finite number"),
+    ({"debate": {"lamda": 0.9}}, "unknown parameter"),
+    ({"debate": 0.9}, "object of parameters"),
+])
+def test_sweep_base_params_are_checked_like_a_fit_file(params, needle):
+    # One validator serves fastuq.fit.load_params and sweep(params=...): what a params file
+    # may not hold, the Python argument may not hold either.
+    from fastuq.sweeps import sweep
+
+    agreement = [[1.0, 0.5], [0.5]]
+    entropy = [[0.2, 0.1], [0.3]]
+    with pytest.raises(ValueError, match=needle):
+        sweep((agreement, entropy), {"lam": [0.5, 0.9]}, protocol="debate",
+              labels=[True, False], params=params)
