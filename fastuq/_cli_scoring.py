@@ -41,24 +41,15 @@ class Progress(ProgressBar):
 
     def __init__(self, enabled: bool | None = None, unit: str = "trajectories",
                  stream=None) -> None:
-        super().__init__(enabled, sys.stderr if stream is None else stream)
-        self.unit = unit
+        # A rate is shown for trajectories only (grid points and fits come in bursts).
+        super().__init__(enabled, sys.stderr if stream is None else stream, unit=unit,
+                         show_rate=unit == "trajectories")
         self.drawn = False
 
     def __call__(self, done: int, total: int | None) -> None:
-        if not self.enabled:
-            return
-        self.drawn = True
-        if self.unit == "trajectories":
+        if self.enabled:
+            self.drawn = True
             super().__call__(done, total)
-            return
-        if total:
-            bar = "#" * int(30 * done / total)
-            line = f"\r[{bar:<30}] {done:,}/{total:,} {self.unit}"
-        else:
-            line = f"\r{done:,} {self.unit}"
-        self.stream.write(line)
-        self.stream.flush()
 
     def close(self) -> None:
         if self.drawn:

@@ -801,21 +801,24 @@ class ProgressBar:
     """A one-line progress bar on stderr (only drawn when stderr is a terminal or forced)."""
 
     def __init__(self, enabled: bool | None = None, stream=None,
-                 unit: str = "trajectories") -> None:
+                 unit: str = "trajectories", show_rate: bool = True) -> None:
         self.stream = sys.stderr if stream is None else stream
         self.enabled = self.stream.isatty() if enabled is None else enabled
         self.unit = unit
+        self.show_rate = show_rate
         self.start = time.perf_counter()
 
     def __call__(self, done: int, total: int | None) -> None:
         if not self.enabled:
             return
-        rate = done / max(time.perf_counter() - self.start, 1e-9)
+        rate = ""
+        if self.show_rate:
+            rate = f" {done / max(time.perf_counter() - self.start, 1e-9):,.0f}/s"
         if total:
             bar = "#" * int(30 * done / total)
-            line = f"\r[{bar:<30}] {done:,}/{total:,} {self.unit} {rate:,.0f}/s"
+            line = f"\r[{bar:<30}] {done:,}/{total:,} {self.unit}{rate}"
         else:
-            line = f"\r{done:,} {self.unit} {rate:,.0f}/s"
+            line = f"\r{done:,} {self.unit}{rate}"
         self.stream.write(line)
         self.stream.flush()
 
