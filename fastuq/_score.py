@@ -483,6 +483,20 @@ def _skip_bad_rows(
     return table, rows, resolved
 
 
+def check_reading_options(on_error: str, skipped: list | None,
+                          observation_noise: float | None) -> None:
+    """ValueError for an ``on_error`` other than raise/skip, skip without a list to collect
+    the skipped records, or an observation noise that is not a finite number >= 0."""
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    if on_error == "skip" and skipped is None:
+        raise ValueError("on_error='skip' needs a list to collect the skipped records")
+    if observation_noise is not None and not (
+        np.isfinite(observation_noise) and observation_noise >= 0
+    ):
+        raise ValueError(f"observation noise must be finite and >= 0, got {observation_noise}")
+
+
 def iter_scores(
     source,
     *,
@@ -523,14 +537,7 @@ def iter_scores(
     """
     from .readers import iter_chunks
 
-    if on_error not in ("raise", "skip"):
-        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-    if on_error == "skip" and skipped is None:
-        raise ValueError("on_error='skip' needs a list to collect the skipped records")
-    if observation_noise is not None and not (
-        np.isfinite(observation_noise) and observation_noise >= 0
-    ):
-        raise ValueError(f"observation noise must be finite and >= 0, got {observation_noise}")
+    check_reading_options(on_error, skipped, observation_noise)
     names = _method_list(methods)
     params = {k: v for k, v in (params or {}).items() if v is not None}
     check_params(params, None if names == ["all"] else names)

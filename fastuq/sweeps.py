@@ -261,14 +261,9 @@ def load_sauce_data(
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64):
         raise ValueError(f"dtype must be float32 or float64, got {dtype}")
-    if on_error not in ("raise", "skip"):
-        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-    if on_error == "skip" and skipped is None:
-        raise ValueError("on_error='skip' needs a list to collect the skipped records")
-    if observation_noise is not None and not (
-        math.isfinite(observation_noise) and observation_noise >= 0
-    ):
-        raise ValueError(f"observation noise must be finite and >= 0, got {observation_noise}")
+    from ._score import check_reading_options
+
+    check_reading_options(on_error, skipped, observation_noise)
     if isinstance(data, SauceData):
         return _from_sauce_data(data, protocol, labels, dtype)
     if on_error == "skip" and (isinstance(data, (str, os.PathLike)) or _is_table(data)):
