@@ -374,7 +374,8 @@ def _counts(m_t, team, xp):
 def _first_round_noise(noise, round_mask, xp, unroll=1):
     """``[N]`` the value of ``noise [T, N]`` at each trajectory's first executed round (the
     last round's value where none executed): a select per round from the last to the first
-    (``argmax`` and gathers over the round axis ran 10-50x slower on XLA's CPU backend)."""
+    (weighted agreement through ``argmax`` and a gather over the round axis ran 5-25x slower
+    on XLA's CPU backend, T = 3)."""
     if xp is np:
         ref = noise[-1]
         for t in range(noise.shape[0] - 2, -1, -1):
@@ -452,17 +453,17 @@ def round_baselines(
     t_max, n = agreement.shape
     team = None if team_size is None else jnp.asarray(team_size).astype(dtype)
     zero = jnp.zeros((n,), dtype)
+    unroll = default_unroll(t_max) if unroll is None else unroll
     weights = None
     if token_entropy is not None:
         noise = jnp.maximum(token_entropy.astype(dtype), ENTROPY_FLOOR)
-        unroll_t = default_unroll(t_max) if unroll is None else unroll
-        first = _first_round_noise(noise, round_mask.astype(bool), jnp, unroll_t)
+        first = _first_round_noise(noise, round_mask.astype(bool), jnp, unroll)
         weights = first[None, :] / noise
     carry, _ = lax.scan(
         lambda c, x: _round_step(c, (*x, team)),
         RoundCarry(zero + jnp.nan, zero, zero, zero, zero),
         (agreement, round_mask.astype(bool), weights),
-        unroll=default_unroll(t_max) if unroll is None else unroll,
+        unroll=unroll,
     )
     result = _round_summaries(carry, team, jnp)
     return {name: result[name] for name in fields}
@@ -486,19 +487,18 @@ def round_baselines_numpy(
     last_x = np.full(n, np.nan, dtype)
     sum_x = np.zeros(n, dtype)
     n_rounds = np.zeros(n, dtype)
+    weights = None
     if token_entropy is not None and "weighted_agreement" in fields:
-        token_entropy = np.asarray(token_entropy, dtype)
-        r_ref = _first_round_noise(
-            np.maximum(token_entropy, dtype.type(ENTROPY_FLOOR)), round_mask, np)
+        noise = np.maximum(np.asarray(token_entropy, dtype), dtype.type(ENTROPY_FLOOR))
+        weights = _first_round_noise(noise, round_mask, np)[None, :] / noise
     sum_wx = np.zeros(n, dtype)
     sum_w = np.zeros(n, dtype)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         for t in range(t_max):
             valid = round_mask[t]
             x_t = _counts(agreement[t], team, np)
-            if token_entropy is not None and "weighted_agreement" in fields:
-                r_t = np.maximum(token_entropy[t], dtype.type(ENTROPY_FLOOR))
-                w_t = r_ref / r_t
+            if weights is not None:
+                w_t = weights[t]
                 sum_wx = sum_wx + np.where(valid, x_t * w_t, 0)
                 sum_w = sum_w + np.where(valid, w_t, 0)
             last_x = np.where(valid, x_t, last_x)
