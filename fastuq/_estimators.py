@@ -174,8 +174,12 @@ def run_node_baseline(name: str):
     return run
 
 
-def team_sizes(batch: Batch, agreement: np.ndarray, round_mask: np.ndarray) -> np.ndarray | None:
-    """``[N]`` team size per trajectory where its agreement is a fraction of the team, else 0.
+def vote_team_sizes(batch: Batch, agreement: np.ndarray,
+                    round_mask: np.ndarray) -> np.ndarray | None:
+    """``[N]`` the team whose votes each agreement counts (``n_agents``), else 0.
+
+    Unlike :meth:`Batch.team_sizes` (the UMAS graph's team, with a fallback to the widest
+    round), only ``n_agents`` itself is a denominator of agreement, and only where it fits.
 
     The canonical agreement is a vote count over ``n_agents`` (DESIGN.md); where every
     executed round's ``M_t n`` lies within float rounding of an integer, the round
@@ -205,7 +209,7 @@ def _round_baseline(batch: Batch, name: str, backend: str) -> np.ndarray:
         h, mask_h = batch.rounds("token_entropy")
         _same_rounds(batch, mask, mask_h, "token_entropy")
     validate_rounds(a, h, mask, batch.labels)
-    team = team_sizes(batch, a, mask)
+    team = vote_team_sizes(batch, a, mask)
     if backend == "numpy":
         kernel = get_estimator(name).kernel(backend)
         return kernel(a, h, mask, team_size=team, fields=(name,))[name]
