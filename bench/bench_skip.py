@@ -20,7 +20,9 @@ share the machine's load; one process, JAX on the host's CPU devices):
 
 Memory of the id check (``fastuq._score._SeenIds``): ids ``t0000000..`` fed in chunks of
 262,144, the peak of ``tracemalloc`` (NumPy reports its buffers to it) during the feeding and
-what the object holds at the end, per trajectory.
+what the object holds at the end, per trajectory; and its speed: ids ``0..N-1`` in a random
+order (seed 0) fed in chunks of 65,536, ids/s for each N of ``--speed-n`` (default 1e6, 4e6,
+1.6e7; ``--quick`` 1e6), to show the growth with N (a log-structured merge: O(N log N)).
 
 Prints a markdown table and writes ``bench/results/skip.json``.
 """
@@ -115,6 +117,22 @@ def seen_memory(n: int, chunk: int = 1 << 18) -> dict:
             "peak_bytes_per_traj": (peak - base) / n}
 
 
+def seen_speed(n: int, chunk: int = 1 << 16) -> dict:
+    """Seconds and ids/s of the id-uniqueness check over ``n`` distinct ids."""
+    from fastuq._score import _SeenIds
+
+    ids = pc.cast(pa.array(np.random.default_rng(0).permutation(n)), pa.string())
+    seen = _SeenIds()
+    start = time.perf_counter()
+    for s in range(0, n, chunk):
+        part = ids.slice(s, chunk)
+        seen.repeats(part)
+        seen.add(part, s, "ids", s)
+    sec = time.perf_counter() - start
+    seen.close()
+    return {"n": n, "chunk": chunk, "seconds": sec, "ids_per_s": n / sec}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="N = 20,000")
@@ -122,6 +140,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--memory-n", type=int, default=2_000_000,
                     help="ids fed to the uniqueness check (default 2e6; --quick 5e5)")
+    ap.add_argument("--speed-n", default="1e6,4e6,1.6e7",
+                    help="comma-separated N for the id check's speed (--quick: 1e6)")
     ap.add_argument("--dir", default="/tmp/fastuq_bench_skip")
     args = ap.parse_args()
     n = args.n or (20_000 if args.quick else 114_000)
@@ -158,11 +178,15 @@ def main() -> None:
     print(table)
     print(f"\nid uniqueness check over {mem_n:,} ids: holds {mem['held_bytes_per_traj']:.1f} "
           f"bytes/trajectory, peak {mem['peak_bytes_per_traj']:.1f} bytes/trajectory")
+    speed = [seen_speed(int(float(x))) for x in ("1e6" if args.quick
+                                                  else args.speed_n).split(",")]
+    print("\n" + markdown_table(["ids", "seconds", "ids/s"], [
+        [f"{r['n']:,}", f"{r['seconds']:.2f}", f"{r['ids_per_s']:,.0f}"] for r in speed]))
     RESULTS_DIR.mkdir(exist_ok=True)
     (RESULTS_DIR / "skip.json").write_text(json.dumps({
         "machine": machine_info(), "n": n, "n_spoiled": n_bad, "n_skipped": len(report.skipped),
         "seconds": times, "ratio_bad_vs_clean": times["2% bad skip"] / times["clean raise"],
-        "seen_ids": mem, "rows_conserved": conserved,
+        "seen_ids": mem, "seen_ids_speed": speed, "rows_conserved": conserved,
     }, indent=2) + "\n")
 
 

@@ -166,7 +166,7 @@ def _evaluate(args, source: Path, methods, metrics, info: dict):
             source, methods or ["sauce"], protocol=args.protocol,
             dtype=args.dtype or "float64", backend=backend, chunk_rows=args.chunk_rows,
             observation_noise=args.observation_noise, on_error=args.on_error, params=params,
-            progress=bar,
+            progress=bar, check=args.check,
         )
     finally:
         bar.close()

@@ -68,6 +68,9 @@ def add_parser(sub) -> None:
                     help="records per chunk (bounds memory; default 262144)")
     sc.add_argument("--cpu-devices", type=positive_int, default=os.cpu_count() or 1,
                     help="XLA host devices to split the CPU into (default: one per core)")
+    from ._cli_scoring import add_check
+
+    add_check(sc)
     sc.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                     help="progress bar on stderr (default: when stderr is a terminal)")
 
@@ -176,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
                 observation_noise=args.observation_noise, confidence=args.confidence,
                 on_error=args.on_error, skipped_path=args.skipped, math=args.math,
                 processes=args.processes, max_skip_fraction=args.max_skip_fraction,
-                keep_scores=sample,
+                keep_scores=sample, check=args.check,
             )
         except OutputError as exc:
             bar.close()

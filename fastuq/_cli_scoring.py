@@ -32,8 +32,18 @@ def add_options(p, *, noise: bool = True, params: bool = False) -> None:
                    help="where --on-error skip lists the skipped records (default: OUT."
                         "skipped.jsonl beside -o OUT, else CORPUS_NAME.skipped.jsonl in the "
                         "current folder)")
+    add_check(p)
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: when stderr is a terminal)")
+
+
+def add_check(p) -> None:
+    """Add ``--check {corpus,used}`` (which columns every record is checked against)."""
+    p.add_argument("--check", choices=("corpus", "used"), default="corpus",
+                   help="check every record against every column the corpus has (corpus, "
+                        "default; the per-token columns and texts only when a method uses "
+                        "them) or only against the columns the methods read (used: faster "
+                        "when the corpus has node columns the methods do not use)")
 
 
 class Progress(ProgressBar):
@@ -100,7 +110,8 @@ def load_data(prog: str, args, source: Path, skipped: list):
     try:
         data = load_sauce_data(source, protocol=args.protocol, dtype=args.dtype,
                                observation_noise=args.observation_noise,
-                               on_error=args.on_error, skipped=skipped, progress=bar)
+                               on_error=args.on_error, skipped=skipped, progress=bar,
+                               check=args.check)
     finally:
         bar.close()
     skipped_to = None
@@ -154,6 +165,7 @@ def score_corpus(
     observation_noise: float | None = None,
     on_error: str = "raise",
     progress: Callable[[int, int | None], None] | None = None,
+    check: str = "corpus",
 ):
     """Score ``source`` in memory like :func:`fastuq.score` (same columns), through
     :func:`fastuq._score.iter_scores` so that ``on_error="skip"`` and progress work:
@@ -170,7 +182,7 @@ def score_corpus(
     for batch, scores in iter_scores(
         source, methods=methods, protocol=protocol, params=params, dtype=dtype,
         backend=backend, chunk_rows=chunk_rows, observation_noise=observation_noise,
-        on_error=on_error, skipped=skipped if on_error == "skip" else None,
+        on_error=on_error, skipped=skipped if on_error == "skip" else None, check=check,
     ):
         cols = {"trajectory_id": batch.ids, **scores}
         for extra in ("question_id", "protocol", "correct"):

@@ -46,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             table, skipped = cs.score_corpus(source, args.method, protocol=args.protocol,
                                              observation_noise=args.observation_noise,
-                                             on_error=args.on_error, progress=bar)
+                                             on_error=args.on_error, progress=bar,
+                                             check=args.check)
         finally:
             bar.close()
         if args.on_error == "skip":

@@ -65,9 +65,16 @@ _FALLBACKS = {
 }
 #: Columns read whenever the corpus has them: labels and groups, and (so that validation does
 #: not depend on the methods) the per-round signals and the team size, which every record's
-#: round structure is checked against. The node columns are read (and checked) when a method
-#: needs them: reading them all would cost 2-4x the reading time of a SAUCE run.
+#: round structure is checked against.
 _ALWAYS = ("question_id", "protocol", "correct", "agreement", "token_entropy", "n_agents")
+#: Node columns read whenever the corpus has them (``check="corpus"``, the default), so that a
+#: column whose round or slot count disagrees with the others is an error under every method,
+#: not only under the methods that read it. The per-token columns (``token_logprobs``,
+#: ``topk_logprobs``) and ``texts`` are read only when a method uses them: they are often
+#: 10-100x larger than everything else together, and reading them for a check alone would
+#: break the memory bound of a chunk.
+_CHECKED_NODE_COLUMNS = ("answers", "seq_logprob", "n_tokens", "belief", "predecessors")
+CHECKS = ("corpus", "used")
 
 
 def _method_list(methods: str | Sequence[str]) -> list[str]:
@@ -116,13 +123,17 @@ def _available_columns(source) -> set[str] | None:
 
 
 def _columns_for(
-    methods: str | Sequence[str], params: Mapping[str, object], source=None
+    methods: str | Sequence[str], params: Mapping[str, object], source=None,
+    check: str = "corpus",
 ) -> list[str] | None:
-    """Columns to read for ``methods`` with ``params`` (``None``: all, for ``"all"``)."""
+    """Columns to read for ``methods`` with ``params`` (``None``: all, for ``"all"``); with
+    ``check="corpus"`` also the node columns every record is checked against."""
     methods = _method_list(methods)
     if "all" in methods:
         return None
     cols = set(_ALWAYS)
+    if check == "corpus":
+        cols.update(_CHECKED_NODE_COLUMNS)
     have = None
     for m in methods:
         for i in get_estimator(m).inputs:
@@ -180,18 +191,25 @@ def _resolve_methods(methods: str | Sequence[str], batch: Batch) -> tuple[str, .
 class _SeenIds:
     """Trajectory ids seen so far, to find an id that repeats an earlier chunk's, exactly.
 
-    Memory: one sorted array of 64-bit hashes and, beside it, each hash's corpus row (uint32
-    while the corpus has fewer than 2**32 rows): 12 bytes per trajectory, up to about 25
-    during the per-chunk merge. The ids themselves are spilled to a temporary file (their
-    UTF-8 bytes and end offsets, written once per chunk and read only on a hash match), so a
-    match is verified against the stored id: two different ids that share a hash (probability
-    about N**2 / 2**65) are not mistaken for a duplicate, and a duplicate names the row of
-    its first occurrence.
+    Memory: 64-bit hashes with, beside each, its corpus row (uint32 while the corpus has
+    fewer than 2**32 rows), and a filter of 16 to 32 bits per id: 14 to 16 bytes per
+    trajectory, up to 28 while two runs merge (about 1.6 GB for 1e8 trajectories). The hashes are kept as sorted runs of
+    doubling sizes (a log-structured merge: a new chunk's run is merged with the last run
+    while that is no larger), so each hash is copied O(log(N / chunk)) times over the whole
+    corpus: time O(N log N), not the O(N**2 / chunk) of merging every chunk into one array.
+    A lookup first tests one bit of the filter (a one-hash Bloom filter indexed by the
+    hash's top bits, which says "not seen" for 94% to 97% of new ids); only the rest are
+    searched for in the runs.
+    The ids themselves are spilled to a temporary file (their UTF-8 bytes and end offsets,
+    written once per chunk and read only on a hash match), so a match is verified against
+    the stored id: two different ids that share a hash (probability about N**2 / 2**65)
+    are not mistaken for a duplicate, and a duplicate names the row of its first occurrence.
     """
 
     def __init__(self) -> None:
-        self._hashes = np.empty(0, np.uint64)
-        self._rows = np.empty(0, np.uint32)
+        self._runs: list[tuple[np.ndarray, np.ndarray]] = []  # (sorted hashes, their rows)
+        self._filter = np.zeros(1 << 13, np.uint8)  # 2**16 bits; grows with the ids held
+        self._held = 0
         self._pending: tuple[np.ndarray, np.ndarray] | None = None
         self._chunks: list[tuple[int, str, int]] = []  # (first corpus row, source, its row)
         self._data = self._offsets = None
@@ -234,28 +252,88 @@ class _SeenIds:
         The hashes are kept for :meth:`add`."""
         n = len(ids)
         h = self._hash(ids)
-        order = np.argsort(h, kind="stable")
+        order = np.argsort(h)
         self._pending = (h, order)
         repeat = np.zeros(n, bool)
         first = np.full(n, -1, np.int64)
-        if not len(self._hashes) or not n:
+        if not self._runs or not n:
             return repeat, first
         hs = h[order]
-        lo = np.searchsorted(self._hashes, hs, side="left")
-        hit = self._hashes[np.minimum(lo, len(self._hashes) - 1)] == hs
-        if not hit.any():
+        maybe = self._may_hold(hs)
+        if not maybe.all():
+            order, hs = order[maybe], hs[maybe]
+        candidates: dict[int, list[int]] = {}  # chunk position -> corpus rows with its hash
+        for hashes, rows in self._runs:
+            lo = np.searchsorted(hashes, hs, side="left")
+            hit = hashes[np.minimum(lo, len(hashes) - 1)] == hs
+            if not hit.any():
+                continue
+            hi = np.searchsorted(hashes, hs[hit], side="right")
+            for k, a, b in zip(order[hit].tolist(), lo[hit].tolist(), hi.tolist(),
+                               strict=True):
+                candidates.setdefault(k, []).extend(int(r) for r in rows[a:b])
+        if not candidates:
             return repeat, first
-        hi = np.searchsorted(self._hashes, hs[hit], side="right")
         valid = ids.is_valid().to_numpy(zero_copy_only=False)
-        for k, a, b in zip(order[hit].tolist(), lo[hit].tolist(), hi.tolist(), strict=True):
+        for k, rows in candidates.items():
             if not valid[k]:
                 continue
             text = ids[k].as_py()
-            for row in sorted(int(r) for r in self._rows[a:b]):  # verify: hashes may collide
+            for row in sorted(rows):  # verify: hashes may collide
                 if self._stored_id(row) == text:
                     repeat[k], first[k] = True, row
                     break
         return repeat, first
+
+    def _slots(self, hashes: np.ndarray) -> np.ndarray:
+        """Filter bit of each hash: its top log2(filter bits) bits."""
+        return hashes >> np.uint64(64 - int(np.log2(len(self._filter) * 8)))
+
+    def _may_hold(self, hashes: np.ndarray) -> np.ndarray:
+        """False where a hash is certainly not held (its filter bit is clear)."""
+        slot = self._slots(hashes)
+        return ((self._filter[slot >> np.uint64(3)] >> (slot & np.uint64(7)).astype(np.uint8))
+                & 1).astype(bool)
+
+    def _mark(self, hashes: np.ndarray) -> None:
+        """Set the filter bits of ``hashes`` (sorted, so equal bytes are adjacent)."""
+        if not len(hashes):
+            return
+        slot = self._slots(hashes)
+        byte = slot >> np.uint64(3)
+        bit = np.left_shift(np.uint8(1), (slot & np.uint64(7)).astype(np.uint8))
+        starts = np.flatnonzero(np.r_[True, byte[1:] != byte[:-1]])
+        self._filter[byte[starts]] |= np.bitwise_or.reduceat(bit, starts)
+
+    def _hold(self, run: tuple[np.ndarray, np.ndarray]) -> None:
+        """Add a sorted run to the filter, doubling the filter (rebuilt from every run)
+        while it has fewer than 16 bits per id held."""
+        self._held += len(run[0])
+        if len(self._filter) * 8 < 16 * self._held:
+            size = len(self._filter)
+            while size * 8 < 16 * self._held:
+                size *= 2
+            self._filter = np.zeros(size, np.uint8)
+            for hashes, _ in self._runs:
+                self._mark(hashes)
+        self._mark(run[0])
+
+    @staticmethod
+    def _merge(a: tuple[np.ndarray, np.ndarray],
+               b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Two sorted runs merged into one (linear: no sort of the whole)."""
+        (ha, ra), (hb, rb) = a, b
+        pos = np.searchsorted(ha, hb, side="right") + np.arange(len(hb))
+        total = len(ha) + len(hb)
+        take_a = np.ones(total, bool)
+        take_a[pos] = False
+        hashes = np.empty(total, np.uint64)
+        hashes[take_a] = ha
+        hashes[pos] = hb
+        rows = np.empty(total, np.result_type(ra.dtype, rb.dtype))
+        rows[take_a] = ra
+        rows[pos] = rb
+        return hashes, rows
 
     def add(self, ids: pa.Array, row0: int, source: str, source_row0: int) -> None:
         """Record ``ids`` (corpus rows ``row0, row0 + 1, ...``; null ids are not kept);
@@ -265,15 +343,15 @@ class _SeenIds:
             h, order = self._pending
         else:
             h = self._hash(ids)
-            order = np.argsort(h, kind="stable")
+            order = np.argsort(h)
         self._pending = None
         if not n:
             return
         self._chunks.append((row0, source, source_row0))
         valid = ids.is_valid().to_numpy(zero_copy_only=False)
         order = order[valid[order]]
-        new_h = h[order]
-        new_rows = order.astype(np.int64) + row0
+        row_dtype = np.uint32 if row0 + n <= np.iinfo(np.uint32).max else np.int64
+        run = (h[order], (order + row0).astype(row_dtype))
         if self._data is None:
             self._spill()
         # spill the ids (UTF-8 bytes + end offsets, one per corpus row, nulls as empty)
@@ -287,21 +365,10 @@ class _SeenIds:
         self._offsets.write((offs[1:] - offs[0] + self._nbytes).astype(np.int64).tobytes())
         self._nbytes += int(offs[-1] - offs[0])
         self._count += n
-        # linear merge of two sorted runs (no argsort of the whole)
-        if row0 + n > np.iinfo(np.uint32).max and self._rows.dtype != np.int64:
-            self._rows = self._rows.astype(np.int64)
-        pos = np.searchsorted(self._hashes, new_h, side="right") + np.arange(len(new_h))
-        total = len(self._hashes) + len(new_h)
-        take_old = np.ones(total, bool)
-        take_old[pos] = False
-        hashes = np.empty(total, np.uint64)
-        hashes[take_old] = self._hashes
-        hashes[pos] = new_h
-        self._hashes = hashes
-        rows = np.empty(total, self._rows.dtype)
-        rows[take_old] = self._rows
-        rows[pos] = new_rows
-        self._rows = rows
+        self._hold(run)
+        while self._runs and len(self._runs[-1][0]) <= len(run[0]):
+            run = self._merge(self._runs.pop(), run)
+        self._runs.append(run)
 
     @staticmethod
     def _hash(ids: pa.Array) -> np.ndarray:
@@ -512,6 +579,7 @@ def iter_scores(
     math: bool = False,
     processes: int | None = None,
     info: dict | None = None,
+    check: str = "corpus",
 ) -> Iterator[tuple[Batch, dict[str, np.ndarray]]]:
     """Score ``source`` chunk by chunk: yields ``(batch, {method: scores [n]})`` in order.
 
@@ -534,14 +602,22 @@ def iter_scores(
         in a round, over ``processes`` workers).
       info: a caller-owned dict; with ``methods="all"``, ``info["left_out"]`` is set to the
         estimators left out and why (``{name: "needs seq_logprob"}``).
+      check: ``"corpus"`` (default): every record is checked against every column the
+        corpus has except the per-token columns (``token_logprobs``, ``topk_logprobs``) and
+        ``texts``, which are read (and checked) only when a method uses them; so a node
+        column whose round or slot count disagrees with the others is an error whichever
+        methods run. ``"used"``: only the columns the methods read (faster on corpora with
+        node columns that the methods do not use; measured in bench/README.md).
     """
     from .readers import iter_chunks
 
     check_reading_options(on_error, skipped, observation_noise)
+    if check not in CHECKS:
+        raise ValueError(f"check must be one of {', '.join(map(repr, CHECKS))}, got {check!r}")
     names = _method_list(methods)
     params = {k: v for k, v in (params or {}).items() if v is not None}
     check_params(params, None if names == ["all"] else names)
-    columns = _columns_for(methods, params, source)
+    columns = _columns_for(methods, params, source, check)
     skip = on_error == "skip"
     if columns is None:
         reader = iter_chunks(source, chunk_rows=chunk_rows, validate=not skip,
@@ -608,6 +684,7 @@ def score(
     chunk_rows: int = 1 << 18,
     observation_noise: float | None = None,
     math: bool = False,
+    check: str = "corpus",
     **params: object,
 ) -> pa.Table:
     """Score a corpus in memory: a table with ``trajectory_id``, one float64 column per
@@ -618,7 +695,7 @@ def score(
     for batch, scores in iter_scores(
         source, methods=methods, protocol=protocol, params=params, dtype=dtype,
         backend=backend, chunk_rows=chunk_rows, observation_noise=observation_noise,
-        math=math,
+        math=math, check=check,
     ):
         cols = {"trajectory_id": batch.ids, **scores}
         for extra in ("question_id", "protocol", "correct"):
@@ -650,6 +727,7 @@ def score_file(
     progress: Callable[[int, int | None], None] | None = None,
     keep_scores: bool = False,
     max_skip_fraction: float | None = None,
+    check: str = "corpus",
 ) -> ScoreReport:
     """Score every trajectory of a corpus and write ``trajectory_id`` + one float64 column
     per estimator to Parquet, in input order, atomically (nothing appears at ``output`` on
@@ -679,6 +757,7 @@ def score_file(
       keep_scores: keep the score arrays (and labels) in the report, for summaries.
       max_skip_fraction: with ``on_error="skip"``, the largest fraction of the records that
         may be skipped (default: any but all).
+      check: which columns every record is checked against (see :func:`iter_scores`).
 
     Raises:
       OutputError: (a ValueError) ``output`` or the skip list would replace an input (also
@@ -691,6 +770,8 @@ def score_file(
 
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    if check not in CHECKS:
+        raise ValueError(f"check must be one of {', '.join(map(repr, CHECKS))}, got {check!r}")
     if skipped_path is not None and on_error != "skip":
         raise ValueError("skipped_path (--skipped) is only written with on_error='skip' "
                          "(--on-error skip)")
@@ -724,6 +805,7 @@ def score_file(
             input, methods=methods, protocol=protocol, params=params, dtype=dtype,
             backend=backend, chunk_rows=chunk_rows, observation_noise=observation_noise,
             on_error=on_error, skipped=skipped, math=math, processes=processes, info=info,
+            check=check,
         ):
             if writer is None:
                 report.methods = tuple(scores)

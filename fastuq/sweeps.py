@@ -231,6 +231,7 @@ def load_sauce_data(
     on_error: str = "raise",
     skipped: list | None = None,
     progress: Callable[[int, int | None], None] | None = None,
+    check: str = "corpus",
 ) -> SauceData:
     """Read and validate a labelled corpus for sweeps and fits.
 
@@ -253,6 +254,9 @@ def load_sauce_data(
         are left out and appended to ``skipped`` (a caller-owned list of
         :class:`fastuq._score.Skipped`).
       progress: called as ``progress(rows_done, rows_total_or_None)`` after each chunk read.
+      check: files and tables: which columns every record is checked against, as in
+        :func:`fastuq._score.iter_scores` (``"corpus"``, default: every column but the
+        per-token ones and texts; ``"used"``: the SAUCE inputs and labels only).
 
     Raises:
       ValueError: invalid measurements (naming trajectory, round and field), missing labels
@@ -261,16 +265,18 @@ def load_sauce_data(
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64):
         raise ValueError(f"dtype must be float32 or float64, got {dtype}")
-    from ._score import check_reading_options
+    from ._score import _CHECKED_NODE_COLUMNS, CHECKS, check_reading_options
 
     check_reading_options(on_error, skipped, observation_noise)
+    if check not in CHECKS:
+        raise ValueError(f"check must be one of {', '.join(map(repr, CHECKS))}, got {check!r}")
     if isinstance(data, SauceData):
         return _from_sauce_data(data, protocol, labels, dtype)
     if on_error == "skip" and (isinstance(data, (str, os.PathLike)) or _is_table(data)):
         if protocol is not None and not isinstance(protocol, str):
             raise ValueError("with a corpus, protocol must be one name (or None)")
         parts = _skipping_parts(data, protocol, dtype, chunk_rows, observation_noise,
-                                labels is None, skipped, progress)
+                                labels is None, skipped, progress, check)
         if not parts:
             raise ValueError(f"{data if isinstance(data, (str, os.PathLike)) else 'corpus'}: "
                              f"no record left to use ({len(skipped)} skipped)")
@@ -282,8 +288,9 @@ def load_sauce_data(
             raise ValueError("with a corpus file, protocol must be one name (or None)")
         total = count_rows(data) if progress is not None else None
         parts = []
+        checked = list(_CHECKED_NODE_COLUMNS) + ["n_agents"] if check == "corpus" else []
         for chunk in iter_chunks(data, columns=[], chunk_rows=chunk_rows, optional_columns=[
-                "agreement", "token_entropy", "protocol", "correct"]):
+                "agreement", "token_entropy", "protocol", "correct", *checked]):
             parts.append(_from_table(chunk.table, protocol, dtype, chunk.source,
                                      chunk.source_row0, observation_noise))
             if progress is not None:
@@ -312,7 +319,7 @@ def load_sauce_data(
 
 
 def _skipping_parts(data, protocol, dtype, chunk_rows, observation_noise, need_labels,
-                    skipped, progress) -> list:
+                    skipped, progress, check="corpus") -> list:
     """Packed chunks of ``data`` with bad records left out (appended to ``skipped``).
 
     The records are validated by :func:`fastuq._score.iter_scores` with ``on_error="skip"``
@@ -331,7 +338,7 @@ def _skipping_parts(data, protocol, dtype, chunk_rows, observation_noise, need_l
     for batch, _ in iter_scores(data, methods=("sauce",), protocol=protocol, dtype=dtype,
                                 backend="numpy", chunk_rows=chunk_rows,
                                 observation_noise=observation_noise, on_error="skip",
-                                skipped=skipped):
+                                skipped=skipped, check=check):
         table = batch.table
         # Source row of every kept record (the batch's names carry them).
         rows = getattr(batch.labels, "_rows", None)

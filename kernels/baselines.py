@@ -355,6 +355,7 @@ class RoundCarry(NamedTuple):
     sum_wx:   sum of ``x_t * w_t`` over executed rounds, ``w_t = r_ref / R_t`` (``r_ref``:
               R_t of the first executed round, the unit of the weights).
     sum_w:    sum of ``w_t`` over executed rounds.
+    ref:      ``r_ref``, R_t of the first executed round so far (0 before any).
     """
 
     last_x: jax.Array
@@ -362,6 +363,7 @@ class RoundCarry(NamedTuple):
     n_rounds: jax.Array
     sum_wx: jax.Array
     sum_w: jax.Array
+    ref: jax.Array
 
 
 def _counts(m_t, team, xp):
@@ -371,32 +373,29 @@ def _counts(m_t, team, xp):
     return xp.where(team > 0, xp.rint(m_t * team), m_t)
 
 
-def _first_round_noise(noise, round_mask, xp, unroll=1):
+def _first_round_noise(noise, round_mask):
     """``[N]`` the value of ``noise [T, N]`` at each trajectory's first executed round (the
-    last round's value where none executed): a select per round from the last to the first
-    (weighted agreement through ``argmax`` and a gather over the round axis ran 5-25x slower
-    on XLA's CPU backend, T = 3)."""
-    if xp is np:
-        ref = noise[-1]
-        for t in range(noise.shape[0] - 2, -1, -1):
-            ref = np.where(round_mask[t], noise[t], ref)
-        return ref
-
-    def step(ref, inputs):
-        value, valid = inputs
-        return jnp.where(valid, value, ref), None
-
-    ref, _ = lax.scan(step, noise[-1], (noise, round_mask), reverse=True, unroll=unroll)
+    last round's value where none executed): a select per round from the last to the first.
+    The NumPy twin's spelling; the kernel carries it forward in its one scan instead."""
+    ref = noise[-1]
+    for t in range(noise.shape[0] - 2, -1, -1):
+        ref = np.where(round_mask[t], noise[t], ref)
     return ref
 
 
-def _round_step(carry: RoundCarry, inputs):
-    """One round: ``inputs`` = (agreement ``[N]``, round_mask ``[N]``, weight
-    ``w_t = r_ref / R_t`` ``[N]`` or ``None``, team size ``[N]`` or ``None``)."""
+def _round_step(carry: RoundCarry, inputs, carry_ref: bool):
+    """One round: ``inputs`` = (agreement ``[N]``, round_mask ``[N]``, weight ``[N]`` or
+    ``None``, team size ``[N]`` or ``None``). With ``carry_ref`` the third input is the
+    round token entropy and the weight ``w_t = r_ref / R_t`` is formed here, ``r_ref``
+    carried from the first executed round (the same division, so the same bits)."""
     m_t, valid, w_t, team = inputs
     x_t = _counts(m_t, team, jnp)
-    sum_wx, sum_w = carry.sum_wx, carry.sum_w
+    sum_wx, sum_w, ref = carry.sum_wx, carry.sum_w, carry.ref
     if w_t is not None:
+        if carry_ref:
+            noise = jnp.maximum(w_t.astype(m_t.dtype), ENTROPY_FLOOR)
+            ref = jnp.where(valid & (carry.n_rounds == 0), noise, ref)
+            w_t = ref / noise
         sum_wx = sum_wx + jnp.where(valid, x_t * w_t, 0.0)
         sum_w = sum_w + jnp.where(valid, w_t, 0.0)
     carry = RoundCarry(
@@ -405,6 +404,7 @@ def _round_step(carry: RoundCarry, inputs):
         carry.n_rounds + valid.astype(m_t.dtype),
         sum_wx,
         sum_w,
+        ref,
     )
     return carry, None
 
@@ -454,15 +454,22 @@ def round_baselines(
     team = None if team_size is None else jnp.asarray(team_size).astype(dtype)
     zero = jnp.zeros((n,), dtype)
     unroll = default_unroll(t_max) if unroll is None else unroll
-    weights = None
-    if token_entropy is not None:
+    mask = round_mask.astype(bool)
+    # Unrolled, XLA fuses a [T, N] weight array computed up front with the rounds into one
+    # loop; rolled (T > 12), that array and its own pass cost 2x, so the loop carries the
+    # first round's R_t instead (measured: bench/README.md, "round baselines").
+    carry_ref = token_entropy is not None and not (unroll is True or unroll >= t_max)
+    weights = token_entropy
+    if token_entropy is not None and not carry_ref:
         noise = jnp.maximum(token_entropy.astype(dtype), ENTROPY_FLOOR)
-        first = _first_round_noise(noise, round_mask.astype(bool), jnp, unroll)
+        first = noise[-1]
+        for t in range(t_max - 2, -1, -1):
+            first = jnp.where(mask[t], noise[t], first)
         weights = first[None, :] / noise
     carry, _ = lax.scan(
-        lambda c, x: _round_step(c, (*x, team)),
-        RoundCarry(zero + jnp.nan, zero, zero, zero, zero),
-        (agreement, round_mask.astype(bool), weights),
+        lambda c, x: _round_step(c, (*x, team), carry_ref),
+        RoundCarry(zero + jnp.nan, zero, zero, zero, zero, zero),
+        (agreement, mask, weights),
         unroll=unroll,
     )
     result = _round_summaries(carry, team, jnp)
@@ -490,7 +497,7 @@ def round_baselines_numpy(
     weights = None
     if token_entropy is not None and "weighted_agreement" in fields:
         noise = np.maximum(np.asarray(token_entropy, dtype), dtype.type(ENTROPY_FLOOR))
-        weights = _first_round_noise(noise, round_mask, np)[None, :] / noise
+        weights = _first_round_noise(noise, round_mask)[None, :] / noise
     sum_wx = np.zeros(n, dtype)
     sum_w = np.zeros(n, dtype)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
@@ -505,7 +512,7 @@ def round_baselines_numpy(
             sum_x = sum_x + np.where(valid, x_t, 0)
             n_rounds = n_rounds + valid
         result = _round_summaries(
-            RoundCarry(last_x, sum_x, n_rounds, sum_wx, sum_w), team, np
+            RoundCarry(last_x, sum_x, n_rounds, sum_wx, sum_w, None), team, np
         )
     return {name: np.asarray(result[name], dtype) for name in fields}
 

@@ -324,7 +324,7 @@ def test_node_baselines_match_exact_reference_on_drawn_shapes(case):
 
 @st.composite
 def _round_case(draw):
-    t = draw(st.integers(1, 12))
+    t = draw(st.integers(1, 20))  # past 12 rounds the scan is rolled (another code path)
     n = draw(st.integers(1, 6))
     team = draw(st.integers(1, 12))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
@@ -368,6 +368,26 @@ def test_round_baselines_match_exact_reference_on_drawn_shapes(case, with_team):
         np.testing.assert_allclose(got[f], want[f], rtol=1e-13, atol=1e-13, err_msg=f)
         np.testing.assert_allclose(twin[f], want[f], rtol=1e-13, atol=1e-13, err_msg=f)
         np.testing.assert_allclose(got32[f], want[f], rtol=2e-6, atol=2e-6, err_msg=f)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_round_baselines_rolled_and_unrolled_scans_agree_bit_for_bit(dtype):
+    """The rolled scan carries the first round's R_t; the unrolled one computes the weights
+    up front: the same divisions, so the same bits (one machine, one dtype)."""
+    rng = np.random.default_rng(11)
+    t, n = 15, 4000
+    mask = np.arange(t)[:, None] < rng.integers(0, t + 1, n)[None, :]
+    team = rng.integers(1, 9, n).astype(float)
+    agreement = rng.integers(0, 9, (t, n)) % (team + 1) / team
+    entropy = rng.exponential(0.5, (t, n)) * (rng.random((t, n)) > 0.2)
+    with jax.enable_x64(dtype == np.float64):
+        args = (jnp.asarray(agreement, dtype), jnp.asarray(entropy, dtype), jnp.asarray(mask))
+        outs = [B.round_baselines(*args, team_size=jnp.asarray(team, dtype), fields=ROUND_ALL,
+                                  unroll=u) for u in (1, 4, True)]
+        outs = [{k: np.asarray(v) for k, v in o.items()} for o in outs]
+    for other in outs[1:]:
+        for f in ROUND_ALL:
+            np.testing.assert_array_equal(outs[0][f], other[f], err_msg=f)
 
 
 def test_tied_mean_and_weighted_agreement_are_equal_floats():

@@ -318,20 +318,61 @@ def test_fractional_label_in_jsonl_is_an_error_not_a_correct_answer(tmp_path, ca
     assert "row 2" in _one_error_line(capsys.readouterr().err, "fastuq eval")
 
 
-@pytest.mark.parametrize("method", ["umas", "msp_final", "umas_fix,mean_agreement"])
-def test_round_count_mismatch_is_an_error_under_every_method(tmp_path, capsys, method):
+def _short_node_column_corpus(tmp_path, column="seq_logprob"):
+    """Two records; record 'a' has three rounds of agreement but one round of ``column``."""
+    node = {"seq_logprob": ([[-1.0, -2.0]], [[-1.0, -1.5]]),
+            "n_tokens": ([[3, 4]], [[5, 6]]),
+            "belief": ([[0.5, 0.9]], [[0.7, 0.6]]),
+            "answers": ([["1", "2"]], [["3", "3"]])}[column]
     cols = {
         "trajectory_id": ["a", "b"], "protocol": ["debate", "debate"], "n_agents": [2, 2],
+        "correct": [True, False],
         "agreement": [[1.0, 0.5, 1.0], [1.0]], "token_entropy": [[0.1, 0.2, 0.1], [0.3]],
-        "seq_logprob": [[[-1.0, -2.0]], [[-1.0, -1.5]]],  # 'a' has one round, not three
+        column: list(node),
     }
     path = tmp_path / "c.parquet"
     pq.write_table(pa.table(cols), path)
+    return path
+
+
+@pytest.mark.parametrize("method", ["sauce", "mean_agreement", "umas", "msp_final",
+                                    "umas_fix,mean_agreement"])
+def test_round_count_mismatch_is_an_error_under_every_method(tmp_path, capsys, method):
+    path = _short_node_column_corpus(tmp_path)
     assert main(["score", str(path), "-o", str(tmp_path / "s.parquet"), "--method",
                  method]) == 1
     line = _one_error_line(capsys.readouterr().err)
     assert "row 0" in line and "field seq_logprob: 1 rounds, but" in line
     assert not (tmp_path / "s.parquet").exists()
+
+
+@pytest.mark.parametrize("column", ["n_tokens", "belief", "answers"])
+def test_unused_node_column_is_checked_by_default(tmp_path, capsys, column):
+    path = _short_node_column_corpus(tmp_path, column)
+    assert main(["score", str(path), "-o", str(tmp_path / "s.parquet")]) == 1
+    assert f"field {column}: 1 rounds, but" in _one_error_line(capsys.readouterr().err)
+    with pytest.raises(ValueError, match=f"field {column}: 1 rounds, but"):
+        fastuq.score(path, "sauce")
+
+
+@pytest.mark.parametrize("command", [["eval"], ["sweep", "--lam", "0.5,0.9"], ["fit"]])
+def test_unused_node_column_is_checked_by_eval_sweep_fit(tmp_path, capsys, command):
+    path = _short_node_column_corpus(tmp_path)
+    assert main([command[0], str(path), *command[1:]]) != 0
+    assert "field seq_logprob: 1 rounds, but" in capsys.readouterr().err
+
+
+def test_check_used_reads_only_the_methods_columns(tmp_path, capsys):
+    """``--check used`` is the documented opt-out: SAUCE does not read seq_logprob, so the
+    short column goes unnoticed and the scores equal those of the corpus without it."""
+    path = _short_node_column_corpus(tmp_path)
+    out = tmp_path / "s.parquet"
+    assert main(["score", str(path), "-o", str(out), "--check", "used"]) == 0
+    clean = pq.read_table(path).drop_columns(["seq_logprob"])
+    expected = fastuq.score(clean, "sauce")
+    assert pq.read_table(out)["sauce"].to_pylist() == expected["sauce"].to_pylist()
+    with pytest.raises(ValueError, match="check must be one of"):
+        fastuq.score(path, "sauce", check="none")
 
 
 def test_round_mismatch_message_names_the_short_field():

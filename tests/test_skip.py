@@ -205,24 +205,32 @@ def test_seen_ids_exact_even_when_every_hash_collides(monkeypatch, bits):
             lambda ids: real(ids) & np.uint64((1 << bits) - 1)))
     rng = np.random.default_rng(5)
     ids = [f"id{k}" for k in rng.integers(0, 300, 600)]
-    seen = _SeenIds()
-    try:
-        assert _feed(seen, ids, 64) == _reference_repeats(ids, 64)
-    finally:
-        seen.close()
+    for chunk in (64, 7):  # 7: many runs of different sizes, merged at odd points
+        seen = _SeenIds()
+        try:
+            assert _feed(seen, ids, chunk) == _reference_repeats(ids, chunk)
+        finally:
+            seen.close()
 
 
-def test_seen_ids_holds_twelve_bytes_per_trajectory():
+def test_seen_ids_holds_14_to_16_bytes_per_trajectory():
     from fastuq._score import _SeenIds
 
     n = 50_000
     seen = _SeenIds()
     try:
         _feed(seen, [f"t{k}" for k in range(n)], 8192)
-        held = seen._hashes.nbytes + seen._rows.nbytes
+        held = sum(h.nbytes + r.nbytes for h, r in seen._runs)
+        runs = [len(h) for h, _ in seen._runs]
+        filter_bits = seen._filter.nbytes * 8
     finally:
         seen.close()
-    assert held == 12 * n
+    assert held == 12 * n  # 8-byte hash + uint32 row
+    assert 16 * n <= filter_bits < 32 * n  # the lookup filter: 2 to 4 bytes per id
+    # log-structured runs: sorted, each more than the next one's size (so at most
+    # log2(n / chunk) + 1 of them), together holding every id once
+    assert sum(runs) == n and all(a > b for a, b in zip(runs, runs[1:], strict=False))
+    assert len(runs) <= int(np.log2(n / 8192)) + 1
 
 
 def test_skip_node_inputs_bad_log_probabilities_and_empty_records(tmp_path):
