@@ -10,7 +10,7 @@ written once as Parquet and as JSONL.gz and cached (``--cache-dir``, default
 ``/tmp/fastuq_bench``; the file names carry a hash of the simulator's source, so a changed
 simulator regenerates them). Stages, each configuration in its own subprocess:
 
-  read       ``fastuq.readers.iter_chunks`` with the columns the SAUCE scorer reads
+  read       ``fastuq.io.readers.iter_chunks`` with the columns the SAUCE scorer reads
              (``columns=[]``, ``optional_columns=[agreement, token_entropy, protocol,
              correct, question_id]``) from Parquet and from JSONL.gz, against reference
              readers: bare ``ParquetFile.iter_batches``; plain decompression (pyarrow's gzip
@@ -21,11 +21,11 @@ simulator regenerates them). Stages, each configuration in its own subprocess:
              ``polars.read_ndjson``). Timed side by side: every repeat runs every reader once,
              in turn, so their ratios share the machine's load. Peak memory: one call per
              reader, each in a fresh process.
-  pack       ``fastuq._pack.pack_lists`` of agreement and token_entropy into ``[T, N]`` + mask.
+  pack       ``fastuq.io.pack.pack_lists`` of agreement and token_entropy into ``[T, N]`` + mask.
   agreement  ``fastuq.signals.agreement_from_answers(answers, n_agents, padded=True)``.
   kernel     ``fastuq.sauce_batch`` on the packed arrays (per-trajectory protocol array, as
              the scorer passes it), float64 and float32.
-  write      ``fastuq._io.AtomicParquetWriter`` of trajectory_id + score.
+  write      ``fastuq.io.writers.AtomicParquetWriter`` of trajectory_id + score.
   end to end ``fastuq.score_file(..., methods="sauce")`` from Parquet (float64, float32) and
              from JSONL.gz, and with agreement built from the parsed answers (a copy of the
              Parquet corpus without the ``agreement`` column: through ``score_file`` when the
@@ -196,7 +196,7 @@ def _sauce_schema():
 
 
 def read_iter_chunks(path: str, ctx: dict) -> int:
-    from fastuq.readers import iter_chunks
+    from fastuq.io.readers import iter_chunks
 
     n = 0
     for chunk in iter_chunks(path, columns=[], optional_columns=SAUCE_OPTIONAL):
@@ -242,7 +242,7 @@ def parse_in_memory(path: str, ctx: dict) -> int:
     import pyarrow as pa
     import pyarrow.json as pj
 
-    from fastuq._read_json import DEFAULT_BLOCK
+    from fastuq.io.jsonl import DEFAULT_BLOCK
 
     reader = pj.open_json(pa.BufferReader(ctx["decompressed"]),
                           read_options=pj.ReadOptions(block_size=DEFAULT_BLOCK),
@@ -254,7 +254,7 @@ def open_json_gz(path: str, ctx: dict) -> int:
     import pyarrow as pa
     import pyarrow.json as pj
 
-    from fastuq._read_json import DEFAULT_BLOCK
+    from fastuq.io.jsonl import DEFAULT_BLOCK
 
     reader = pj.open_json(pa.input_stream(path, compression="gzip"),
                           read_options=pj.ReadOptions(block_size=DEFAULT_BLOCK),
@@ -402,14 +402,14 @@ def worker_read_mem(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _load_chunks(path: str, columns: list[str], optional=()) -> list:
-    from fastuq.readers import iter_chunks
+    from fastuq.io.readers import iter_chunks
 
     return [c.table for c in iter_chunks(path, columns=columns, optional_columns=list(optional),
                                          chunk_rows=CHUNK, validate=False)]
 
 
 def worker_pack(spec: dict[str, Any]) -> dict[str, Any]:
-    from fastuq._pack import pack_lists
+    from fastuq.io.pack import pack_lists
 
     dtype = np.dtype(spec["dtype"])
     base = bc.rss_bytes()
@@ -436,7 +436,7 @@ def worker_agreement(spec: dict[str, Any]) -> dict[str, Any]:
     chunk normalised by ``fastuq.answers.answer_classes``, equivalent answers vote together)."""
     import pyarrow as pa
 
-    from fastuq._pack import pack_lists
+    from fastuq.io.pack import pack_lists
     from fastuq.signals import agreement_from_answers
 
     base = bc.rss_bytes()
@@ -452,7 +452,7 @@ def worker_agreement(spec: dict[str, Any]) -> dict[str, Any]:
             box.clear()
             box["out"] = [agreement_from_answers(a, k, padded=True) for a, k in inputs]
     else:
-        from fastuq._batch import Batch
+        from fastuq.engine.batch import Batch
 
         inputs = [pa.table({c: t.column(c).combine_chunks()
                             for c in ("trajectory_id", "answers", "n_agents")}) for t in tables]
@@ -481,7 +481,7 @@ def worker_agreement(spec: dict[str, Any]) -> dict[str, Any]:
 def worker_kernel(spec: dict[str, Any]) -> dict[str, Any]:
     devices = _jax_setup(spec["devices"])
     import fastuq
-    from fastuq._pack import pack_lists
+    from fastuq.io.pack import pack_lists
 
     dtype = np.dtype(spec["dtype"])
     base = bc.rss_bytes()
@@ -513,7 +513,7 @@ def worker_kernel(spec: dict[str, Any]) -> dict[str, Any]:
 def worker_write(spec: dict[str, Any]) -> dict[str, Any]:
     import pyarrow as pa
 
-    from fastuq._io import AtomicParquetWriter
+    from fastuq.io.writers import AtomicParquetWriter
 
     base = bc.rss_bytes()
     rng = np.random.default_rng(0)
@@ -540,9 +540,9 @@ def answers_pipeline(path: str, out: Path, dtype: np.dtype, backend: str = "jax"
     import pyarrow as pa
 
     import fastuq
-    from fastuq._io import AtomicParquetWriter
-    from fastuq._pack import pack_lists
-    from fastuq.readers import iter_chunks
+    from fastuq.io.pack import pack_lists
+    from fastuq.io.readers import iter_chunks
+    from fastuq.io.writers import AtomicParquetWriter
     from fastuq.signals import agreement_from_answers
 
     schema = pa.schema([("trajectory_id", pa.string()), ("sauce", pa.float64())])
@@ -571,7 +571,7 @@ def scorer_builds_agreement() -> bool:
     agreement column but with answers reports ``has("agreement")``)."""
     import pyarrow as pa
 
-    from fastuq._batch import Batch
+    from fastuq.engine.batch import Batch
 
     table = pa.table({
         "trajectory_id": pa.array(["a"]),
@@ -655,7 +655,7 @@ def worker_profile(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _where(file: str, line: int, func: str) -> str:
-    """``fastuq/_score.py:318(score_file)``; builtins keep their own name."""
+    """``fastuq/engine/scoring.py:318(score_file)``; builtins keep their own name."""
     if not line:
         return func
     return "/".join(Path(file).parts[-2:]) + f":{line}({func})"
@@ -687,14 +687,14 @@ def worker_hotspots(spec: dict[str, Any]) -> dict[str, Any]:
     # encoding inside). The NumPy object-array versions they replaced are no longer timed.
     out["protocol_pc_value_counts_s"] = timed(lambda: [pc.value_counts(c) for c in cols])
     try:
-        from fastuq._sauce import _params_arrays
+        from fastuq.engine.sauce import _params_arrays
 
         out["sauce_params_arrays_arrow_s"] = timed(
             lambda: [_params_arrays(len(c), c, {}, np.float64) for c in cols])
     except Exception as exc:  # noqa: BLE001 - private API moved: report, carry on
         out["sauce_params_arrays_error"] = repr(exc)
     try:
-        from fastuq._score import _SeenIds
+        from fastuq.engine.scoring import _SeenIds
 
         def seen_ids(parts) -> None:
             seen = _SeenIds()

@@ -194,7 +194,7 @@ def worker_jax(spec: dict[str, Any]) -> dict[str, Any]:
         elif spec["devices"] > 1:
             # As fastuq runs it: every device scores its own slice (shard_map), so each runs
             # the single-device program (fusion, cache blocking) on its local block.
-            from fastuq._runtime import per_device
+            from fastuq.engine.runtime import per_device
 
             local = per_device(_score_only, (1, 1, 1, None), unroll=unroll)
 

@@ -55,7 +55,7 @@ QUICK_OUT = bc.RESULTS_DIR / "sweep_quick.json.tmp"
 def load_arrays(n: int, seed: int = 0) -> tuple[np.ndarray, ...]:
     """The simulated debate corpus packed to float32 ``(agreement, entropy, mask, correct)``."""
     import fastuq.synth
-    from fastuq._batch import Batch
+    from fastuq.engine.batch import Batch
 
     table = fastuq.synth.corpus(n, protocol="debate", seed=seed)
     batch = Batch(table, dtype=np.float32)
@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _default_threads() -> int:
-    from fastuq._rank_fast import default_threads
+    from fastuq.metrics.rank_long import default_threads
 
     return default_threads()
 

@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     # Two XLA host devices, one per core, with the batch sharded across them (DESIGN.md:
     # XLA uses the second core reliably only this way). Must precede any JAX computation.
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from fastuq._runtime import batch_sharding, use_cpu_devices
+    from fastuq.engine.runtime import batch_sharding, use_cpu_devices
 
     n_devices = use_cpu_devices(min(2, os.cpu_count() or 1))
     import jax

@@ -7,22 +7,22 @@ Importing fastuq does not import JAX; the first kernel call does. Submodules suc
 
 import importlib
 
-from ._registry import ESTIMATORS, Estimator, get_estimator
-from ._runtime import use_cpu_devices
-from ._sauce import (
+from fastuq.engine.registry import ESTIMATORS, Estimator, get_estimator
+from fastuq.engine.runtime import use_cpu_devices
+from fastuq.engine.sauce import (
     PRESETS,
     lambda_kalman_forward,
     sauce,
     sauce_batch,
     sauce_score,
 )
-from ._score import available_methods, score, score_file
-from ._signals import compute_token_entropy, majority_margin
+from fastuq.engine.scoring import available_methods, score, score_file
+from fastuq.signals.scalar import compute_token_entropy, majority_margin
 
 __version__ = "0.1.0"
 
 _SUBMODULES = (
-    "answers", "evaluation", "importers", "kernels", "metrics", "readers", "schema",
+    "answers", "cli", "engine", "evaluation", "importers", "io", "kernels", "metrics",
     "selection", "signals", "sweeps", "fit", "synth",
 )
 #: Functions of submodules, re-exported lazily (their modules import JAX on use only).

@@ -37,7 +37,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from .metrics import METRICS, evaluate, platt_oof_probabilities
+from fastuq.metrics import METRICS, evaluate, platt_oof_probabilities
 
 __all__ = [
     "EXPECTABLE",
@@ -206,13 +206,13 @@ def table_records(df: pl.DataFrame) -> dict[str, dict[str, float | int | None]]:
 def read_labels(corpus: str | os.PathLike, *, chunk_rows: int = 1 << 18) -> pl.DataFrame:
     """``trajectory_id`` (str), ``correct`` (bool) and, when the corpus has it, ``protocol``
     (str) of every record of a corpus, in input order, read by
-    :func:`fastuq.readers.iter_chunks` as :func:`fastuq.score` reads it (the SAUCE release's
+    :func:`fastuq.io.readers.iter_chunks` as :func:`fastuq.score` reads it (the SAUCE release's
     ``record_uid`` is its ``trajectory_id``).
 
     Raises ValueError when the corpus has no ``correct`` labels at all (no such field, or
     every value null); rows with a null label are kept as null (see :func:`join_labels`).
     """
-    from .readers import iter_chunks
+    from fastuq.io.readers import iter_chunks
 
     ids: list[pa.Array] = []
     correct: list[pa.Array] = []

@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from .sweeps import (
+from fastuq.sweeps import (
     PARAMS,
     SauceData,
     check_protocol_params,
@@ -171,7 +171,7 @@ class FitResult:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write :meth:`to_dict` as JSON, atomically (temporary file, then rename)."""
-        from ._io import atomic_write_text
+        from fastuq.io.writers import atomic_write_text
 
         path = Path(path)
         atomic_write_text(path, json.dumps(self.to_dict(), indent=1, default=_json_default) + "\n")
@@ -307,7 +307,7 @@ def _trainer(objective: str):
     import jax.numpy as jnp
     from jax import lax
 
-    from .kernels.sauce import SauceParams, sauce_scan
+    from fastuq.kernels.sauce import SauceParams, sauce_scan
 
     def score(raw, a, h, m):
         dtype = a.dtype
@@ -374,7 +374,7 @@ def _trainer(objective: str):
 
 def _scores(data: SauceData, params: Mapping[str, Any], dtype: np.dtype) -> np.ndarray:
     """SAUCE scores ``[N]`` of ``data`` with ``params`` (scalars or ``[N]`` arrays)."""
-    from ._sauce import sauce_batch
+    from fastuq.engine.sauce import sauce_batch
 
     return sauce_batch(
         data.agreement, data.token_entropy, data.round_mask, dtype=dtype,
@@ -400,7 +400,7 @@ def _fit_one(
     import jax
     import jax.numpy as jnp
 
-    from ._runtime import bucket_size
+    from fastuq.engine.runtime import bucket_size
 
     y = data.labels
     n = data.n
@@ -468,7 +468,7 @@ def _fit_one(
 
 
 def _resolve_init(init: Any, data: SauceData) -> dict[str, dict[str, float]]:
-    from ._registry import SAUCE_PRESETS
+    from fastuq.engine.registry import SAUCE_PRESETS
 
     out = {}
     for proto in data.protocols:
@@ -507,8 +507,8 @@ def _param_arrays(data: SauceData, per_proto: Mapping[str, Mapping[str, float]])
 
 def _evaluate(test: SauceData, fitted, dtype: np.dtype, split: int) -> list[dict[str, Any]]:
     """Held-out rows (pooled and per protocol) for fitted vs preset parameters."""
-    from ._registry import SAUCE_PRESETS
-    from .metrics import auarc, auroc
+    from fastuq.engine.registry import SAUCE_PRESETS
+    from fastuq.metrics import auarc, auroc
 
     s_fit = _scores(test, _param_arrays(test, fitted), dtype)
     has_preset = all(p in SAUCE_PRESETS for p in test.protocols)
@@ -600,7 +600,7 @@ def fit_sauce(
       ValueError: bad arguments, data (see :func:`~fastuq.sweeps.load_sauce_data`), or a
         protocol whose training trajectories hold a single class.
     """
-    from ._runtime import x64_scope
+    from fastuq.engine.runtime import x64_scope
 
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")

@@ -15,7 +15,7 @@ grid, the Cartesian product of the given value lists, is cut into blocks of ``G 
 chunk_points`` points; the jitted SAUCE kernel scores a whole block at once (``jax.vmap``
 over the swept parameters, the others broadcast per trajectory from the protocol presets),
 giving ``[G, N]`` scores on the device; the block is pulled to the host, where every row is
-sorted once (:mod:`fastuq._rank_fast`: float32 scores as unique packed 64-bit integer keys
+sorted once (:mod:`fastuq.metrics.rank_long`: float32 scores as unique packed 64-bit integer keys
 ``score_key << 32 | row << 1 | label`` through Polars' integer sort; float64 by a 4-pass LSD
 radix argsort; a thread pool over rows) and its exact metrics follow in O(N). The next block
 is scored while the current one is ranked. Peak memory is about ``2 x chunk_points x N``
@@ -114,7 +114,7 @@ class SauceData:
         values of the protocols it names. A protocol without a preset needs every parameter
         given (ValueError otherwise).
         """
-        from ._registry import get_estimator
+        from fastuq.engine.registry import get_estimator
 
         est = get_estimator("sauce")
         overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
@@ -149,9 +149,9 @@ def _from_table(table, protocol: str | None, dtype: np.dtype, source: str, row0:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from ._batch import Batch
-    from ._estimators import _same_rounds
-    from ._sauce import validate_rounds
+    from fastuq.engine.batch import Batch
+    from fastuq.engine.estimators import _same_rounds
+    from fastuq.engine.sauce import validate_rounds
 
     if "trajectory_id" not in table.column_names:
         ids = pa.array(np.arange(row0, row0 + table.num_rows).astype(str))
@@ -237,7 +237,7 @@ def load_sauce_data(
 
     Args:
       data: a corpus file (Parquet, JSONL, JSONL.gz; read through
-        :func:`fastuq.readers.iter_chunks`), a pyarrow Table or Polars DataFrame of
+        :func:`fastuq.io.readers.iter_chunks`), a pyarrow Table or Polars DataFrame of
         canonical columns, arrays ``(agreement [T, N], token_entropy [T, N],
         round_mask [T, N], labels [N])`` (``labels`` may instead be passed as ``labels=``),
         or a :class:`SauceData` this function returned (taken as is, cast to ``dtype``,
@@ -250,12 +250,12 @@ def load_sauce_data(
         (SAUCE on agreement alone), as ``fastuq score --observation-noise``.
       on_error, skipped: files and tables only. ``"raise"`` (default): the first bad record
         is a ValueError. ``"skip"``: records that :func:`fastuq.score` would skip (it does
-        the validation: :func:`fastuq._score.iter_scores`), and records without a label,
+        the validation: :func:`fastuq.engine.scoring.iter_scores`), and records without a label,
         are left out and appended to ``skipped`` (a caller-owned list of
-        :class:`fastuq._score.Skipped`).
+        :class:`fastuq.engine.scoring.Skipped`).
       progress: called as ``progress(rows_done, rows_total_or_None)`` after each chunk read.
       check: files and tables: which columns every record is checked against, as in
-        :func:`fastuq._score.iter_scores` (``"corpus"``, default: every column but the
+        :func:`fastuq.engine.scoring.iter_scores` (``"corpus"``, default: every column but the
         per-token ones and texts; ``"used"``: the SAUCE inputs and labels only).
 
     Raises:
@@ -265,7 +265,7 @@ def load_sauce_data(
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64):
         raise ValueError(f"dtype must be float32 or float64, got {dtype}")
-    from ._score import _CHECKED_NODE_COLUMNS, CHECKS, check_reading_options
+    from fastuq.engine.scoring import _CHECKED_NODE_COLUMNS, CHECKS, check_reading_options
 
     check_reading_options(on_error, skipped, observation_noise)
     if check not in CHECKS:
@@ -282,7 +282,7 @@ def load_sauce_data(
                              f"no record left to use ({len(skipped)} skipped)")
         a, h, mask, y, codes, names = _merge(parts)
     elif isinstance(data, (str, os.PathLike)):
-        from .readers import count_rows, iter_chunks
+        from fastuq.io.readers import count_rows, iter_chunks
 
         if protocol is not None and not isinstance(protocol, str):
             raise ValueError("with a corpus file, protocol must be one name (or None)")
@@ -322,13 +322,13 @@ def _skipping_parts(data, protocol, dtype, chunk_rows, observation_noise, need_l
                     skipped, progress, check="corpus") -> list:
     """Packed chunks of ``data`` with bad records left out (appended to ``skipped``).
 
-    The records are validated by :func:`fastuq._score.iter_scores` with ``on_error="skip"``
+    The records are validated by :func:`fastuq.engine.scoring.iter_scores` with ``on_error="skip"``
     (the checks ``fastuq score --on-error skip`` makes, SAUCE's included); with
     ``need_labels``, records whose ``correct`` is null are skipped too."""
     import pyarrow as pa
 
-    from ._score import Skipped, iter_scores
-    from .readers import count_rows
+    from fastuq.engine.scoring import Skipped, iter_scores
+    from fastuq.io.readers import count_rows
 
     if _is_table(data) and hasattr(data, "to_arrow"):
         data = data.to_arrow()
@@ -393,7 +393,7 @@ def _is_table(data: Any) -> bool:
 
 
 def _as_labels(labels: ArrayLike, n: int) -> np.ndarray:
-    from ._metrics_input import as_labels
+    from fastuq.metrics.inputs import as_labels
 
     y = as_labels(labels)
     if y.shape[0] != n:
@@ -402,7 +402,7 @@ def _as_labels(labels: ArrayLike, n: int) -> np.ndarray:
 
 
 def _from_arrays(data: Any, protocol, dtype: np.dtype):
-    from ._sauce import validate_rounds
+    from fastuq.engine.sauce import validate_rounds
 
     if not isinstance(data, (tuple, list)) or len(data) not in (3, 4):
         raise ValueError(
@@ -533,7 +533,7 @@ def _vmapped_scan(names: tuple[str, ...]) -> Callable:
     of the same parameters and shapes reuse its compilations)."""
     import jax
 
-    from .kernels.sauce import SauceParams, sauce_scan
+    from fastuq.kernels.sauce import SauceParams, sauce_scan
 
     def one(a, h, m, fixed, point):
         values = dict(zip(PARAMS, fixed, strict=True))
@@ -550,7 +550,7 @@ def _make_scorer(
 ) -> _Scorer:
     import jax.numpy as jnp
 
-    from ._runtime import x64_scope
+    from fastuq.engine.runtime import x64_scope
 
     overrides = {k: 0.5 for k in names}  # placeholders, so presets resolve for every protocol
     fixed = data.presets(overrides, base)
@@ -566,7 +566,7 @@ def _score_block(scorer: _Scorer, points: np.ndarray):
     ``[G, N]``, dispatched asynchronously (pull with ``np.asarray``)."""
     import jax.numpy as jnp
 
-    from ._runtime import x64_scope
+    from fastuq.engine.runtime import x64_scope
 
     a, h, m, fixed = scorer.device_arrays
     with x64_scope(scorer.dtype):
@@ -601,9 +601,9 @@ def _pull(block, g: int, dtype: np.dtype) -> np.ndarray:
 
 
 def _rank_block(labels, x, metrics, points, names, **kwargs):
-    """:func:`~fastuq._rank_fast.rank_metrics_rows` of a block, finiteness checked on the
+    """:func:`~fastuq.metrics.rank_long.rank_metrics_rows` of a block, finiteness checked on the
     way (a non-finite score names its grid point)."""
-    from ._rank_fast import NonFiniteScoreError, rank_metrics_rows
+    from fastuq.metrics.rank_long import NonFiniteScoreError, rank_metrics_rows
 
     try:
         return rank_metrics_rows(labels, x, metrics, check_finite=True, **kwargs)
@@ -617,9 +617,9 @@ def _preset_scores(
 ) -> np.ndarray | None:
     """SAUCE scores ``[N]`` with every trajectory's protocol preset, or ``base``'s values
     where it names the protocol (None: a protocol has neither)."""
-    from ._registry import SAUCE_PRESETS
-    from ._runtime import x64_scope
-    from .kernels.sauce import SauceParams, sauce_scan
+    from fastuq.engine.registry import SAUCE_PRESETS
+    from fastuq.engine.runtime import x64_scope
+    from fastuq.kernels.sauce import SauceParams, sauce_scan
 
     base = base or {}
     if any(p not in SAUCE_PRESETS and set(base.get(p, {})) != set(PARAMS)
@@ -721,8 +721,8 @@ def sweep(
     """
     import polars as pl
 
-    from ._metrics_input import warn_single_class
-    from ._rank_fast import rank_metrics_rows
+    from fastuq.metrics.inputs import warn_single_class
+    from fastuq.metrics.rank_long import rank_metrics_rows
 
     metrics = tuple(metrics)
     unknown = [m for m in metrics if m not in SWEEP_METRICS]
@@ -828,7 +828,7 @@ def _cv_summary(scorer, data, names, points, fold, train_sel, all_sel, select, p
                 threads) -> CVSummary:
     import polars as pl
 
-    from ._rank_fast import rank_metrics_rows
+    from fastuq.metrics.rank_long import rank_metrics_rows
 
     k = train_sel.shape[1]
     if np.isnan(train_sel).all(axis=0).any():

@@ -50,7 +50,7 @@ number of slots, ``[T, N, A, W]`` uint32 words with ``W = ceil(A / 32)`` (bit ``
 word ``j // 32``). Round 0 rows are ignored. An explicit graph is the whole truth: a node
 whose row is empty has no predecessors (``w = 1``). What a *null* entry of the corpus's
 ``predecessors`` column means (the protocol default) is resolved before the kernel, when the
-column is packed (``fastuq._batch``), and in :func:`umas_trajectory`.
+column is packed (``fastuq.engine.batch``), and in :func:`umas_trajectory`.
 
 Inputs are taken as they are (no validation): the public entry points in ``fastuq`` validate.
 Values in padded slots (node_mask false) may be anything, NaN included, and never change a

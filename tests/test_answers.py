@@ -322,7 +322,7 @@ def test_answers_not_equivalent_pairs(a, b):
 
 
 def test_check_answers_elementwise_and_unique_pairs(monkeypatch):
-    import fastuq._answers_check as chk
+    import fastuq.answers.check as chk
 
     calls = []
     real = chk._check_chunk
@@ -346,7 +346,7 @@ def test_check_answers_errors():
 
 
 def test_check_answers_processes_match_serial(monkeypatch):
-    import fastuq._answers_check as chk
+    import fastuq.answers.check as chk
 
     monkeypatch.setattr(chk, "MIN_PARALLEL_PAIRS", 16)
     rng = np.random.default_rng(0)
@@ -377,7 +377,7 @@ def test_answer_classes_agree_with_pairwise_equivalence():
 
 
 def test_math_true_without_math_verify_raises(monkeypatch):
-    import fastuq._answers_check as chk
+    import fastuq.answers.check as chk
 
     monkeypatch.setitem(sys.modules, "math_verify", None)  # import now fails
     assert not A.math_verify_available()

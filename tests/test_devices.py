@@ -22,7 +22,7 @@ def test_two_host_devices_give_the_same_scores_and_do_not_recompile(tmp_path):
         assert jax.default_backend() == "cpu", jax.default_backend()
         assert len(jax.devices("cpu")) == 2, jax.devices("cpu")
         assert len(jax.local_devices()) == 2  # what fastuq shards over
-        from fastuq._runtime import compiled_count
+        from fastuq.engine.runtime import compiled_count
         from fastuq.synth import corpus
 
         path = "{tmp_path}/c.parquet"

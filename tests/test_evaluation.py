@@ -79,7 +79,7 @@ def sample_reference():
 @pytest.fixture(autouse=True)
 def _eval_command(monkeypatch):
     """Register the subcommand here, whether or not cli.COMMANDS lists it yet."""
-    monkeypatch.setitem(cli.COMMANDS, "eval", "fastuq._cli_eval")
+    monkeypatch.setitem(cli.COMMANDS, "eval", "fastuq.cli.eval")
 
 
 @pytest.fixture(scope="module")
@@ -472,7 +472,7 @@ def test_plots_without_matplotlib_suggest_the_extra(capsys, tmp_path, monkeypatc
 
 
 def test_modules_do_not_import_jax():
-    code = ("import sys, fastuq.evaluation, fastuq._cli_eval; "
+    code = ("import sys, fastuq.evaluation, fastuq.cli.eval; "
             "assert 'jax' not in sys.modules and 'matplotlib' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
 

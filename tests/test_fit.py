@@ -164,7 +164,7 @@ def test_init_dict_and_errors(debate):
 
 
 def test_save_and_cli_write_json(tmp_path, monkeypatch, capsys):
-    monkeypatch.setitem(cli.COMMANDS, "fit", "fastuq._cli_fit")
+    monkeypatch.setitem(cli.COMMANDS, "fit", "fastuq.cli.fit")
     out = tmp_path / "params.json"
     rc = cli.main(["fit", "--sample", "--steps", "40", "-o", str(out)])
     assert rc == 0

@@ -381,7 +381,7 @@ def test_bad_input_names_file_and_record(tmp_path):
 
 
 def _main(monkeypatch, argv: list[str]) -> int:
-    monkeypatch.setitem(cli.COMMANDS, "import", "fastuq._cli_import")
+    monkeypatch.setitem(cli.COMMANDS, "import", "fastuq.cli.import_logs")
     return cli.main(argv)
 
 

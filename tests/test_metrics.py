@@ -22,7 +22,7 @@ from sklearn.model_selection import StratifiedKFold
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-import fastuq._metrics_rank as rank_mod
+import fastuq.metrics.rank as rank_mod
 from fastuq.metrics import (
     PlattConvergenceWarning,
     UndefinedMetricWarning,

@@ -1,4 +1,4 @@
-"""fastuq._pack: ragged Arrow/Python columns to padded time-major arrays, against plain loops."""
+"""fastuq.io.pack: ragged Arrow/Python columns to padded time-major arrays, against plain loops."""
 
 import numpy as np
 import pyarrow as pa
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fastuq._pack import pack_lists, pack_nodes, pack_ragged
+from fastuq.io.pack import pack_lists, pack_nodes, pack_ragged
 
 value = st.one_of(st.none(), st.floats(-5, 5, allow_nan=False))
 node_col = st.lists(

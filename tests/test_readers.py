@@ -1,4 +1,4 @@
-"""fastuq.readers: every source kind, chunking, projection, errors naming file/line/row, and the
+"""fastuq.io.readers: every source kind, chunking, projection, errors naming file/line/row, and the
 mapping of the SAUCE project's released rollout records."""
 
 import gzip
@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from fastuq import synth
-from fastuq.readers import Chunk, count_rows, iter_chunks, read_corpus
+from fastuq.io.readers import Chunk, count_rows, iter_chunks, read_corpus
 from fastuq.signals import agreement_from_answers
 
 N = 240

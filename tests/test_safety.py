@@ -209,7 +209,7 @@ def test_fit_and_select_check_their_outputs_first_and_write_atomically(tmp_path,
 
 
 def test_temporary_file_removed_when_writing_fails(tmp_path):
-    from fastuq._io import AtomicParquetWriter
+    from fastuq.io.writers import AtomicParquetWriter
 
     schema = pa.schema([("x", pa.int64())])
     with pytest.raises(ValueError, match="schema does not match"):
@@ -261,7 +261,7 @@ def test_truncated_jsonl_gz_gives_one_line(tmp_path, capsys, cut):
 
 @pytest.mark.parametrize("frac", [0.3, 0.6, 0.95])
 def test_truncated_jsonl_gz_past_the_schema_sample_gives_a_value_error(tmp_path, frac):
-    from fastuq.readers import read_corpus
+    from fastuq.io.readers import read_corpus
 
     records = [{"trajectory_id": f"t{k}", "agreement": [1.0]} for k in range(20_000)]
     raw = gzip.compress("".join(json.dumps(r) + "\n" for r in records).encode())
@@ -280,7 +280,7 @@ def test_truncated_jsonl_gz_past_the_schema_sample_gives_a_value_error(tmp_path,
     ([1.0, 0.5, 0.0], False), ([2, 0, 1], False), (["true", "false", "1"], False),
 ])
 def test_correct_must_be_bool_or_zero_one(values, ok):
-    from fastuq.schema import conform
+    from fastuq.io.schema import conform
 
     t = pa.table({"trajectory_id": ["a", "b", "c"], "correct": values})
     if ok:
@@ -299,7 +299,7 @@ def test_correct_must_be_bool_or_zero_one(values, ok):
     (["3", "2"], False),
 ])
 def test_n_agents_must_be_an_integer(values, ok):
-    from fastuq.schema import conform
+    from fastuq.io.schema import conform
 
     t = pa.table({"trajectory_id": ["a", "b"], "n_agents": values})
     if ok:
@@ -376,7 +376,7 @@ def test_check_used_reads_only_the_methods_columns(tmp_path, capsys):
 
 
 def test_round_mismatch_message_names_the_short_field():
-    from fastuq.schema import validate
+    from fastuq.io.schema import validate
 
     t = pa.table({"trajectory_id": ["a"], "answers": [[["1"]]],
                   "seq_logprob": [[[-1.0], [-2.0]]]})
@@ -460,7 +460,7 @@ def test_parameter_no_method_takes_raises_naming_its_estimators(tmp_path):
 
 
 def test_score_file_refuses_to_overwrite_its_input(tmp_path):
-    from fastuq._io import OutputError
+    from fastuq.io.writers import OutputError
 
     corpus, _ = _corpus(tmp_path)
     before = corpus.read_bytes()

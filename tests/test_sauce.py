@@ -1,4 +1,4 @@
-"""The per-trajectory SAUCE API (fastuq._sauce): worked examples and every error case."""
+"""The per-trajectory SAUCE API (fastuq.engine.sauce): worked examples and every error case."""
 
 import math
 from fractions import Fraction

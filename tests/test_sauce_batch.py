@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import fastuq
-from fastuq._runtime import compiled_count
+from fastuq.engine.runtime import compiled_count
 
 
 def _ragged(rng, n, t_max):
@@ -52,8 +52,8 @@ def test_padding_and_batch_size_do_not_change_scores():
     agreement, entropy = _ragged(rng, 301, 5)
     base = fastuq.sauce_batch(agreement, entropy)["score"]
     # Extra padded rounds filled with garbage, a different chunking and bucket sizes.
-    a, m = fastuq._pack.pack_ragged(agreement, t_max=9)
-    h, _ = fastuq._pack.pack_ragged(entropy, t_max=9)
+    a, m = fastuq.io.pack.pack_ragged(agreement, t_max=9)
+    h, _ = fastuq.io.pack.pack_ragged(entropy, t_max=9)
     a[~m], h[~m] = 7.0, -3.0
     padded = fastuq.sauce_batch(a, h, m, chunk_size=64)["score"]
     np.testing.assert_array_equal(padded, base)

@@ -1,11 +1,11 @@
-"""fastuq.schema: canonical types, conform, and validation errors that name row/id/field."""
+"""fastuq.io.schema: canonical types, conform, and validation errors that name row/id/field."""
 
 import polars as pl
 import pyarrow as pa
 import pytest
 
 from fastuq import synth
-from fastuq.schema import CANONICAL, NODE_COLUMNS, ROUND_COLUMNS, conform, validate
+from fastuq.io.schema import CANONICAL, NODE_COLUMNS, ROUND_COLUMNS, conform, validate
 
 DESIGN_TYPES = {
     "trajectory_id": pa.string(),

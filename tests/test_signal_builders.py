@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fastuq import compute_token_entropy, majority_margin, synth
-from fastuq._pack import pack_lists
+from fastuq.io.pack import pack_lists
 from fastuq.signals import (
     add_signals,
     agreement_from_answers,

@@ -1,4 +1,4 @@
-"""Scalar signal helpers (fastuq._signals) against hand-worked values."""
+"""Scalar signal helpers (fastuq.signals.scalar) against hand-worked values."""
 
 import math
 

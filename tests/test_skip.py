@@ -120,7 +120,7 @@ def test_skip_matches_the_clean_records_scored_alone(tmp_path_factory, data):
 
 
 def test_skipping_scores_each_chunk_once_not_once_per_bad_record(tmp_path, monkeypatch):
-    import fastuq._score as score_mod
+    import fastuq.engine.scoring as score_mod
 
     calls = []
     original = score_mod.Batch
@@ -197,7 +197,7 @@ def _reference_repeats(ids, chunk):
 
 @pytest.mark.parametrize("bits", [64, 3])
 def test_seen_ids_exact_even_when_every_hash_collides(monkeypatch, bits):
-    from fastuq._score import _SeenIds
+    from fastuq.engine.scoring import _SeenIds
 
     if bits < 64:  # force collisions: only a few distinct hash values
         real = _SeenIds._hash
@@ -214,7 +214,7 @@ def test_seen_ids_exact_even_when_every_hash_collides(monkeypatch, bits):
 
 
 def test_seen_ids_holds_14_to_16_bytes_per_trajectory():
-    from fastuq._score import _SeenIds
+    from fastuq.engine.scoring import _SeenIds
 
     n = 50_000
     seen = _SeenIds()

@@ -1,4 +1,4 @@
-"""Tests of fastuq.sweeps (grid sweeps, CV selection, heatmap, CLI) and fastuq._rank_fast.
+"""Tests of fastuq.sweeps (grid sweeps, CV selection, heatmap, CLI) and fastuq.metrics.rank_long.
 
 Tolerances: rank metrics vs scikit-learn / plain stable-argsort loops 1e-12 (all exact up to
 float64 rounding). A sweep point vs an independent ``sauce_batch`` + ``fastuq.metrics`` run:
@@ -23,7 +23,7 @@ import fastuq
 import fastuq.sweeps as sweep_mod
 from fastuq import _rank_fast as rf
 from fastuq import cli
-from fastuq._batch import Batch
+from fastuq.engine.batch import Batch
 from fastuq.metrics import auarc, auroc, prr
 from fastuq.sweeps import load_sauce_data, parse_values, stratified_folds, sweep
 from fastuq.synth import corpus
@@ -127,7 +127,7 @@ def test_sweep_names_a_grid_point_with_non_finite_scores(mixed):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_metrics_fast_path_equals_block_path(monkeypatch, dtype):
-    import fastuq._metrics_rank as rank_mod
+    import fastuq.metrics.rank as rank_mod
 
     rng = np.random.default_rng(9)
     n = rank_mod.FAST_MIN_ROWS + 123
@@ -241,7 +241,7 @@ def test_cli_grid_parsing():
     import argparse
 
     from fastuq import _cli_sweep
-    from fastuq._cli_sweep import _grid
+    from fastuq.cli.sweep import _grid
 
     parser = argparse.ArgumentParser()
     _cli_sweep.add_parser(parser.add_subparsers(dest="command"))
@@ -354,7 +354,7 @@ def test_cv_select_by_second_metric_and_class_count_check():
 
 @pytest.fixture
 def fastuq_cli(monkeypatch):
-    monkeypatch.setitem(cli.COMMANDS, "sweep", "fastuq._cli_sweep")
+    monkeypatch.setitem(cli.COMMANDS, "sweep", "fastuq.cli.sweep")
     return cli.main
 
 
@@ -397,8 +397,8 @@ def test_heatmap_single_parameter_draws_a_line(tmp_path, mixed):
 
 
 def test_imports_do_not_load_jax():
-    code = ("import sys, fastuq.sweeps, fastuq.fit, fastuq._cli_sweep, fastuq._cli_fit, "
-            "fastuq._rank_fast; assert 'jax' not in sys.modules, 'jax imported'")
+    code = ("import sys, fastuq.sweeps, fastuq.fit, fastuq.cli.sweep, fastuq.cli.fit, "
+            "fastuq.metrics.rank_long; assert 'jax' not in sys.modules, 'jax imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

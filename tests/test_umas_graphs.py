@@ -65,7 +65,7 @@ def trajectories(draw, max_team: int = 6, max_rounds: int = 4, schema: bool = Fa
     at least one node. Graph: None (no column value: default), or per round a list of
     nodes, each None (default), [] (none) or indices of the team (duplicates, self). With
     ``schema``, the graph lines up with ``conf`` round by round and slot by slot, as
-    ``fastuq.schema.validate`` requires of node columns; without, rounds may also be None or
+    ``fastuq.io.schema.validate`` requires of node columns; without, rounds may also be None or
     cut short (missing entries: default), which ``umas_trajectory`` and the kernels take."""
     team = draw(st.integers(1, max_team))
     t_max = draw(st.integers(1, max_rounds))
@@ -324,7 +324,7 @@ def test_round_count_must_match_the_node_column():
     seq = [[-1.0, -2.0], [-1.0, -2.0]]
     msg = _score_error([(seq, [[[], []]], 2)])  # the schema check, before packing
     assert "predecessors" in msg and "1 rounds" in msg and "seq_logprob has 2" in msg
-    from fastuq._batch import Batch
+    from fastuq.engine.batch import Batch
 
     batch = Batch(_table([(seq, [[[], []]], 2)]))  # packing checks again, unvalidated input
     with pytest.raises(ValueError, match="predecessors has 1 rounds but seq_logprob has 2"):

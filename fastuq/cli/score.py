@@ -1,0 +1,212 @@
+"""``fastuq score``: score a corpus file (or the bundled sample), one row per trajectory."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from fastuq.cli import fraction, positive_int
+
+
+def add_parser(sub) -> None:
+    """Register ``score`` on the subparsers ``sub``."""
+    sc = sub.add_parser(
+        "score",
+        help="score a corpus file (or the bundled sample) and write one row per trajectory",
+        description=(
+            "Score every trajectory of INPUT (Parquet, JSONL or JSONL.gz) and write "
+            "trajectory_id plus one float64 column per estimator to OUT (Parquet, written "
+            "atomically). Without INPUT, or with --sample, score the bundled sample corpus "
+            "and print a summary."
+        ),
+    )
+    sc.add_argument("input", nargs="?", help="corpus file; omit to score the bundled sample")
+    sc.add_argument("-o", "--output", help="output Parquet file (required with INPUT)")
+    sc.add_argument("--sample", action="store_true", help="score the bundled sample corpus")
+    sc.add_argument("--method", default="sauce",
+                    help="estimators, comma-separated, or 'all' for every estimator whose "
+                         "inputs the corpus has (default: sauce)")
+    sc.add_argument("--protocol", help="preset for every record (default: each record's field)")
+    for name, text in (
+        ("lam", "forgetting factor in [0, 1]"),
+        ("q", "process noise >= 0"),
+        ("sigma2_0", "prior variance > 0"),
+        ("mu_0", "prior mean"),
+    ):
+        sc.add_argument(f"--{name.replace('_', '-')}", dest=name, type=float,
+                        help=f"SAUCE {text} (overrides the preset)")
+    sc.add_argument("--params", metavar="PARAMS.json",
+                    help="per-protocol SAUCE parameters written by 'fastuq fit -o' (a protocol "
+                         "the file does not name keeps its preset)")
+    sc.add_argument("--observation-noise", type=float, metavar="R",
+                    help="constant measurement noise R_t for corpora without token entropy "
+                         "(SAUCE on agreement alone); without it missing entropy is an error")
+    sc.add_argument("--confidence", choices=("msp", "mean_logprob", "neg_entropy"),
+                    help="UMAS node confidence (default msp: sum of token log-probabilities)")
+    sc.add_argument("--math", action="store_true",
+                    help="when agreement is built from parsed answers, also let answers that "
+                         "math-verify proves equivalent vote together (pip install "
+                         "'fastuq[math]')")
+    sc.add_argument("--processes", type=positive_int, metavar="N",
+                    help="worker processes for the --math checks")
+    sc.add_argument("--on-error", choices=("raise", "skip"), default="raise",
+                    help="a bad record stops the run (raise, default) or is skipped, counted "
+                         "and listed with its reason in OUT.skipped.jsonl (skip)")
+    sc.add_argument("--skipped", metavar="PATH",
+                    help="where --on-error skip lists the skipped records (JSON Lines)")
+    sc.add_argument("--max-skip-fraction", type=fraction, metavar="F",
+                    help="with --on-error skip: fail (exit 1, no scores written, the skip list "
+                         "kept) when more than this fraction of the records is skipped; a run "
+                         "that skips every record always fails")
+    sc.add_argument("--dtype", choices=("float64", "float32"), default="float64",
+                    help="kernel precision (default float64; output is float64)")
+    sc.add_argument("--backend", choices=("jax", "numpy"), default="jax")
+    sc.add_argument("--chunk-rows", type=positive_int, default=1 << 18,
+                    help="records per chunk (bounds memory; default 262144)")
+    sc.add_argument("--cpu-devices", type=positive_int, default=os.cpu_count() or 1,
+                    help="XLA host devices to split the CPU into (default: one per core)")
+    from fastuq.cli.options import add_check
+
+    add_check(sc)
+    sc.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                    help="progress bar on stderr (default: when stderr is a terminal)")
+
+
+def _summary(report, stream) -> None:
+    import numpy as np
+
+    scores = report.scores.get("sauce")
+    rate = report.n_rows / max(report.seconds, 1e-9)
+    protos = ", ".join(f"{k} {v:,}" for k, v in sorted(report.protocols.items()))
+    print(f"scored {report.n_rows:,} trajectories ({protos}) in {report.seconds:.2f} s "
+          f"({rate:,.0f} trajectories/s)", file=stream)
+    if scores is not None and len(scores):
+        q = np.quantile(scores, [0.0, 0.5, 1.0])
+        print(f"sauce uncertainty: min {q[0]:.4f}  median {q[1]:.4f}  max {q[2]:.4f}",
+              file=stream)
+    if report.correct is not None and scores is not None and len(scores):
+        labels = np.asarray(report.correct, bool)
+        print(f"accuracy {labels.mean():.4f}", end="", file=stream)
+        if 0 < labels.sum() < len(labels):
+            from fastuq.metrics import auroc
+
+            print(f"  AUROC(sauce) {auroc(labels, scores):.4f}", end="", file=stream)
+        print(file=stream)
+        if report.protocol is not None and len(report.protocols) > 1:
+            # Presets differ by protocol, so pooled scores mix scales: show each protocol.
+            from fastuq.metrics import auroc
+
+            for name in sorted(report.protocols):
+                keep = report.protocol == name
+                y = labels[keep]
+                if 0 < y.sum() < len(y):
+                    print(f"  {name}: n {keep.sum():,}  accuracy {y.mean():.4f}  "
+                          f"AUROC(sauce) {auroc(y, scores[keep]):.4f}", file=stream)
+    print(f"wrote {report.output}", file=stream)
+
+
+def _option_problem(args: argparse.Namespace) -> str | None:
+    """An option that would be ignored (or mean nothing), as an error message."""
+    if args.skipped is not None and args.on_error != "skip":
+        return "--skipped only applies with --on-error skip (nothing is skipped otherwise)"
+    if args.max_skip_fraction is not None and args.on_error != "skip":
+        return "--max-skip-fraction only applies with --on-error skip"
+    if args.processes is not None and not args.math:
+        return "--processes only applies with --math (the math-verify checks)"
+    if args.observation_noise is not None and not (
+        args.observation_noise >= 0 and args.observation_noise < float("inf")
+    ):
+        return f"--observation-noise must be finite and >= 0, got {args.observation_noise}"
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``fastuq score``; returns the exit status."""
+    from fastuq.cli import sample_corpus_path
+    from fastuq.engine.runtime import use_cpu_devices
+    from fastuq.engine.scoring import ProgressBar, _method_list, score_file
+    from fastuq.io.writers import OutputError, cli_check_outputs
+
+    prog = "fastuq score"
+    sample = args.sample or args.input is None
+    if not sample and not args.output:
+        print(f"{prog}: -o/--output is required with INPUT", file=sys.stderr)
+        return 2
+    source = sample_corpus_path() if sample else Path(args.input)
+    problem = _option_problem(args)
+    if problem is None:
+        try:
+            _method_list(args.method)
+        except ValueError as exc:
+            problem = f"--method: {exc}"
+    if problem is not None:
+        print(f"{prog}: error: {problem}", file=sys.stderr)
+        return 2
+    skipped = args.skipped
+    if args.on_error == "skip" and args.output and not skipped:
+        skipped = args.output + ".skipped.jsonl"
+    rc = cli_check_outputs(prog, [source], [("-o", args.output, "parquet"),
+                                            ("--skipped", skipped, "jsonl")])
+    if rc is not None:
+        return rc
+    if args.backend == "jax":
+        use_cpu_devices(args.cpu_devices, strict=False)
+    methods = args.method
+    sauce = {k: getattr(args, k) for k in ("lam", "q", "sigma2_0", "mu_0")}
+    if args.params:
+        from fastuq.cli.options import load_params
+        from fastuq.fit import per_parameter
+
+        try:
+            per_protocol = load_params(args)
+            if any(v is not None for v in sauce.values()):
+                raise ValueError("--params and --lam/--q/--sigma2-0/--mu-0 exclude each other")
+        except (ValueError, FileNotFoundError) as exc:
+            print(f"fastuq score: error: {exc}", file=sys.stderr)
+            return 2
+        sauce = {**sauce, **per_parameter(per_protocol)}
+    bar = ProgressBar(args.progress)
+    with tempfile.TemporaryDirectory() as tmp:
+        output = Path(args.output) if args.output else Path(tmp) / "sample_scores.parquet"
+        try:
+            report = score_file(
+                source, output, methods=methods, protocol=args.protocol, **sauce,
+                dtype=args.dtype,
+                backend=args.backend, chunk_rows=args.chunk_rows, progress=bar,
+                observation_noise=args.observation_noise, confidence=args.confidence,
+                on_error=args.on_error, skipped_path=args.skipped, math=args.math,
+                processes=args.processes, max_skip_fraction=args.max_skip_fraction,
+                keep_scores=sample, check=args.check,
+            )
+        except OutputError as exc:
+            bar.close()
+            print(f"{prog}: error: {exc}", file=sys.stderr)
+            return 2
+        except (ValueError, OSError, TypeError) as exc:
+            bar.close()
+            print(f"{prog}: error: {exc}", file=sys.stderr)
+            return 1
+        bar.close()
+        if report.left_out:
+            print(f"--method all: left out {len(report.left_out)} estimator(s): " + "; ".join(
+                f"{k} ({v})" for k, v in report.left_out.items()), file=sys.stderr)
+        if args.params:
+            from fastuq.cli.options import report_params
+
+            report_params("fastuq score", per_protocol, report.protocols, args.params)
+        if sample:
+            if not args.output:
+                report.output = "(not kept; pass -o to keep the scores)"
+            _summary(report, sys.stdout)
+        else:
+            print(f"scored {report.n_rows:,} trajectories in {report.seconds:.2f} s -> "
+                  f"{report.output}", file=sys.stderr)
+        if report.skipped_path is not None:
+            print(f"skipped {len(report.skipped):,} bad record(s), listed in "
+                  f"{report.skipped_path}", file=sys.stderr)
+            for k in report.skipped[:5]:
+                print(f"  {k.reason}", file=sys.stderr)
+    return 0

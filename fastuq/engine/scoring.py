@@ -1,0 +1,918 @@
+"""The main job: score a corpus chunk by chunk, one output row per input trajectory."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from fastuq.engine.batch import Batch
+from fastuq.engine.errors import RecordError, TooManySkipped
+from fastuq.engine.registry import ESTIMATORS, check_params, get_estimator
+from fastuq.io.writers import AtomicParquetWriter, atomic_write_text, check_outputs
+
+__all__ = ["ScoreReport", "available_methods", "iter_scores", "score", "score_file"]
+
+
+@dataclass
+class ScoreReport:
+    """What a scoring run did: rows in and out, seconds, protocols, and (on request) the
+    scores and labels for summaries."""
+
+    input: str
+    output: str
+    n_rows: int = 0
+    seconds: float = 0.0
+    methods: tuple[str, ...] = ("sauce",)
+    protocols: dict[str, int] = field(default_factory=dict)
+    scores: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    correct: np.ndarray | None = field(default=None, repr=False)
+    protocol: np.ndarray | None = field(default=None, repr=False)
+    skipped: list = field(default_factory=list, repr=False)
+    skipped_path: str | None = None
+    left_out: dict[str, str] = field(default_factory=dict)
+
+
+def available_methods(batch: Batch) -> tuple[str, ...]:
+    """Registered estimators whose inputs ``batch`` has, in registry order."""
+    return tuple(
+        name for name, est in ESTIMATORS.items() if all(batch.has(i) for i in est.inputs)
+    )
+
+
+#: Corpus columns each packed input is built from: the column itself, else the ones it is
+#: derived from (agreement from parsed answers, token entropy from top-k log-probabilities).
+_INPUT_COLUMNS = {
+    "agreement": ("agreement", "n_agents"),  # n_agents: vote counts, so ties stay ties
+    "round_mask": ("agreement",),
+    "token_entropy": ("token_entropy",),
+    "seq_logprob": ("seq_logprob", "n_agents", "predecessors"),
+    "node_mask": ("seq_logprob", "n_agents"),
+    "n_tokens": ("n_tokens", "n_agents"),
+    "node_entropy": ("node_entropy", "topk_logprobs", "n_agents"),
+}
+_FALLBACKS = {
+    "agreement": ("answers", "n_agents"),
+    "token_entropy": ("topk_logprobs",),
+    "node_entropy": ("topk_logprobs", "n_agents"),
+}
+#: Columns read whenever the corpus has them: labels and groups, and (so that validation does
+#: not depend on the methods) the per-round signals and the team size, which every record's
+#: round structure is checked against.
+_ALWAYS = ("question_id", "protocol", "correct", "agreement", "token_entropy", "n_agents")
+#: Node columns read whenever the corpus has them (``check="corpus"``, the default), so that a
+#: column whose round or slot count disagrees with the others is an error under every method,
+#: not only under the methods that read it. The per-token columns (``token_logprobs``,
+#: ``topk_logprobs``) and ``texts`` are read only when a method uses them: they are often
+#: 10-100x larger than everything else together, and reading them for a check alone would
+#: break the memory bound of a chunk.
+_CHECKED_NODE_COLUMNS = ("answers", "seq_logprob", "n_tokens", "belief", "predecessors")
+CHECKS = ("corpus", "used")
+
+
+def _method_list(methods: str | Sequence[str]) -> list[str]:
+    """Estimator names, checked: none empty, none twice, each registered (or ``["all"]``)."""
+    items = ([m.strip() for m in methods.split(",")] if isinstance(methods, str)
+             else [str(m).strip() for m in methods])
+    if not items or any(not m for m in items):
+        raise ValueError(f"no estimator named in methods {methods!r} (an empty name); give "
+                         f"names, comma-separated, or 'all'")
+    twice = sorted({m for m in items if items.count(m) > 1})
+    if twice:
+        raise ValueError(f"estimator {twice[0]!r} is named twice in methods {methods!r}")
+    if "all" in items and len(items) > 1:
+        raise ValueError(f"'all' cannot be combined with other names in methods {methods!r}")
+    for m in items:
+        if m != "all":
+            get_estimator(m)
+    return items
+
+
+def _available_columns(source) -> set[str] | None:
+    """Column names the source has (``None``: unknown), to choose between a column and the
+    columns it can be derived from. Files are probed by reading their first record; frames
+    and readers are asked for their schema, so a one-shot reader is never consumed."""
+    if isinstance(source, (str, os.PathLike, list, tuple)):
+        from fastuq.io.readers import iter_chunks
+
+        try:
+            first = next(iter_chunks(source, chunk_rows=1, validate=False), None)
+        except (ValueError, OSError):
+            return None
+        if first is None:
+            return None
+        return {c for c in first.table.column_names if first.table.column(c).null_count == 0}
+    if hasattr(source, "collect_schema"):
+        names = set(source.collect_schema().names())  # polars DataFrame / LazyFrame
+    elif isinstance(getattr(source, "schema", None), pa.Schema):
+        names = set(source.schema.names)  # pyarrow Table / RecordBatch / RecordBatchReader
+    elif hasattr(source, "column_names"):
+        names = set(source.column_names)  # Hugging Face Dataset
+    else:
+        return None
+    if "signals" in names:  # the SAUCE release: the readers lift agreement/token_entropy
+        names |= {"agreement", "token_entropy"}
+    return names
+
+
+def _columns_for(
+    methods: str | Sequence[str], params: Mapping[str, object], source=None,
+    check: str = "corpus",
+) -> list[str] | None:
+    """Columns to read for ``methods`` with ``params`` (``None``: all, for ``"all"``); with
+    ``check="corpus"`` also the node columns every record is checked against."""
+    methods = _method_list(methods)
+    if "all" in methods:
+        return None
+    cols = set(_ALWAYS)
+    if check == "corpus":
+        cols.update(_CHECKED_NODE_COLUMNS)
+    have = None
+    for m in methods:
+        for i in get_estimator(m).inputs:
+            cols.update(_INPUT_COLUMNS.get(i, (i,)))
+            primary = _INPUT_COLUMNS.get(i, (i,))[0]
+            if i in _FALLBACKS:
+                if have is None:
+                    have = _available_columns(source) if source is not None else set()
+                if have is not None and primary not in have:
+                    cols.update(_FALLBACKS[i])
+    confidence = params.get("confidence")
+    if confidence == "mean_logprob":
+        cols.update(_INPUT_COLUMNS["n_tokens"])
+    elif confidence == "neg_entropy":
+        cols.update(_INPUT_COLUMNS["node_entropy"])
+    return sorted(cols)
+
+
+_NEEDS = {"round_mask": "agreement", "node_mask": "seq_logprob",
+          "node_entropy": "topk_logprobs (or node_entropy)",
+          "agreement": "agreement (or answers)",
+          "token_entropy": "token_entropy (or topk_logprobs, or --observation-noise)"}
+
+
+def left_out_methods(batch: Batch) -> dict[str, str]:
+    """Registered estimators whose inputs ``batch`` lacks: name -> why (``needs X``)."""
+    out = {}
+    for name, est in ESTIMATORS.items():
+        missing = [i for i in est.inputs if not batch.has(i)]
+        if missing:
+            cols = dict.fromkeys(_NEEDS.get(i, i) for i in missing)
+            out[name] = f"needs {', '.join(cols)}"
+    return out
+
+
+def _resolve_methods(methods: str | Sequence[str], batch: Batch) -> tuple[str, ...]:
+    methods = _method_list(methods)
+    if methods == ["all"]:
+        found = available_methods(batch)
+        if not found:
+            raise ValueError(f"{batch.source or 'corpus'}: no estimator has all its inputs")
+        return found
+    for m in methods:
+        est = get_estimator(m)
+        missing = [i for i in est.inputs if not batch.has(i)]
+        if missing:
+            raise ValueError(
+                f"{batch.source or 'corpus'}: {m} needs {', '.join(missing)}, which the corpus "
+                "lacks" + ("; pass --observation-noise R to run SAUCE on agreement alone"
+                           if "token_entropy" in missing else "")
+            )
+    return tuple(methods)
+
+
+class _SeenIds:
+    """Trajectory ids seen so far, to find an id that repeats an earlier chunk's, exactly.
+
+    Memory: 64-bit hashes with, beside each, its corpus row (uint32 while the corpus has
+    fewer than 2**32 rows), and a filter of 16 to 32 bits per id: 14 to 16 bytes per
+    trajectory, up to 28 while two runs merge (about 1.6 GB for 1e8 trajectories). The
+    hashes are kept as sorted runs of doubling sizes (a log-structured merge: a new chunk's
+    run is merged with the last run while that is no larger), so each hash is copied
+    O(log(N / chunk)) times over the whole corpus: time O(N log N), not the
+    O(N**2 / chunk) of merging every chunk into one array.
+    A lookup first tests one bit of the filter (a one-hash Bloom filter indexed by the
+    hash's top bits, which says "not seen" for 94% to 97% of new ids); only the rest are
+    searched for in the runs.
+    The ids themselves are spilled to a temporary file (their UTF-8 bytes and end offsets,
+    written once per chunk and read only on a hash match), so a match is verified against
+    the stored id: two different ids that share a hash (probability about N**2 / 2**65)
+    are not mistaken for a duplicate, and a duplicate names the row of its first occurrence.
+    """
+
+    def __init__(self) -> None:
+        self._runs: list[tuple[np.ndarray, np.ndarray]] = []  # (sorted hashes, their rows)
+        self._filter = np.zeros(1 << 13, np.uint8)  # 2**16 bits; grows with the ids held
+        self._held = 0
+        self._pending: tuple[np.ndarray, np.ndarray] | None = None
+        self._chunks: list[tuple[int, str, int]] = []  # (first corpus row, source, its row)
+        self._data = self._offsets = None
+        self._nbytes = 0
+        self._count = 0
+
+    def _spill(self) -> None:
+        import tempfile
+
+        self._data = tempfile.TemporaryFile(prefix="fastuq-ids-")
+        self._offsets = tempfile.TemporaryFile(prefix="fastuq-ids-")
+
+    def close(self) -> None:
+        for f in (self._data, self._offsets):
+            if f is not None:
+                f.close()
+        self._data = self._offsets = None
+
+    def where(self, row: int) -> str:
+        """``SOURCE row R`` of corpus row ``row``."""
+        import bisect
+
+        k = bisect.bisect_right([c[0] for c in self._chunks], row) - 1
+        start, source, row0 = self._chunks[k]
+        return f"{source} row {row0 + row - start}"
+
+    def _stored_id(self, row: int) -> str:
+        self._offsets.seek(8 * row)
+        end = int(np.frombuffer(self._offsets.read(8), np.int64)[0])
+        start = 0
+        if row:
+            self._offsets.seek(8 * (row - 1))
+            start = int(np.frombuffer(self._offsets.read(8), np.int64)[0])
+        self._data.seek(start)
+        return self._data.read(end - start).decode("utf-8")
+
+    def repeats(self, ids: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """``(repeat [n] bool, first [n] int64)``: which ids (non-null) were seen in an
+        earlier chunk, and the corpus row of each one's first occurrence (-1 elsewhere).
+        The hashes are kept for :meth:`add`."""
+        n = len(ids)
+        h = self._hash(ids)
+        order = np.argsort(h)
+        self._pending = (h, order)
+        repeat = np.zeros(n, bool)
+        first = np.full(n, -1, np.int64)
+        if not self._runs or not n:
+            return repeat, first
+        hs = h[order]
+        maybe = self._may_hold(hs)
+        if not maybe.all():
+            order, hs = order[maybe], hs[maybe]
+        candidates: dict[int, list[int]] = {}  # chunk position -> corpus rows with its hash
+        for hashes, rows in self._runs:
+            lo = np.searchsorted(hashes, hs, side="left")
+            hit = hashes[np.minimum(lo, len(hashes) - 1)] == hs
+            if not hit.any():
+                continue
+            hi = np.searchsorted(hashes, hs[hit], side="right")
+            for k, a, b in zip(order[hit].tolist(), lo[hit].tolist(), hi.tolist(),
+                               strict=True):
+                candidates.setdefault(k, []).extend(int(r) for r in rows[a:b])
+        if not candidates:
+            return repeat, first
+        valid = ids.is_valid().to_numpy(zero_copy_only=False)
+        for k, rows in candidates.items():
+            if not valid[k]:
+                continue
+            text = ids[k].as_py()
+            for row in sorted(rows):  # verify: hashes may collide
+                if self._stored_id(row) == text:
+                    repeat[k], first[k] = True, row
+                    break
+        return repeat, first
+
+    def _slots(self, hashes: np.ndarray) -> np.ndarray:
+        """Filter bit of each hash: its top log2(filter bits) bits."""
+        return hashes >> np.uint64(64 - int(np.log2(len(self._filter) * 8)))
+
+    def _may_hold(self, hashes: np.ndarray) -> np.ndarray:
+        """False where a hash is certainly not held (its filter bit is clear)."""
+        slot = self._slots(hashes)
+        return ((self._filter[slot >> np.uint64(3)] >> (slot & np.uint64(7)).astype(np.uint8))
+                & 1).astype(bool)
+
+    def _mark(self, hashes: np.ndarray) -> None:
+        """Set the filter bits of ``hashes`` (sorted, so equal bytes are adjacent)."""
+        if not len(hashes):
+            return
+        slot = self._slots(hashes)
+        byte = slot >> np.uint64(3)
+        bit = np.left_shift(np.uint8(1), (slot & np.uint64(7)).astype(np.uint8))
+        starts = np.flatnonzero(np.r_[True, byte[1:] != byte[:-1]])
+        self._filter[byte[starts]] |= np.bitwise_or.reduceat(bit, starts)
+
+    def _hold(self, run: tuple[np.ndarray, np.ndarray]) -> None:
+        """Add a sorted run to the filter, doubling the filter (rebuilt from every run)
+        while it has fewer than 16 bits per id held."""
+        self._held += len(run[0])
+        if len(self._filter) * 8 < 16 * self._held:
+            size = len(self._filter)
+            while size * 8 < 16 * self._held:
+                size *= 2
+            self._filter = np.zeros(size, np.uint8)
+            for hashes, _ in self._runs:
+                self._mark(hashes)
+        self._mark(run[0])
+
+    @staticmethod
+    def _merge(a: tuple[np.ndarray, np.ndarray],
+               b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Two sorted runs merged into one (linear: no sort of the whole)."""
+        (ha, ra), (hb, rb) = a, b
+        pos = np.searchsorted(ha, hb, side="right") + np.arange(len(hb))
+        total = len(ha) + len(hb)
+        take_a = np.ones(total, bool)
+        take_a[pos] = False
+        hashes = np.empty(total, np.uint64)
+        hashes[take_a] = ha
+        hashes[pos] = hb
+        rows = np.empty(total, np.result_type(ra.dtype, rb.dtype))
+        rows[take_a] = ra
+        rows[pos] = rb
+        return hashes, rows
+
+    def add(self, ids: pa.Array, row0: int, source: str, source_row0: int) -> None:
+        """Record ``ids`` (corpus rows ``row0, row0 + 1, ...``; null ids are not kept);
+        reuses the hashes of the last :meth:`repeats` call on the same ids."""
+        n = len(ids)
+        if self._pending is not None and len(self._pending[0]) == n:
+            h, order = self._pending
+        else:
+            h = self._hash(ids)
+            order = np.argsort(h)
+        self._pending = None
+        if not n:
+            return
+        self._chunks.append((row0, source, source_row0))
+        valid = ids.is_valid().to_numpy(zero_copy_only=False)
+        order = order[valid[order]]
+        row_dtype = np.uint32 if row0 + n <= np.iinfo(np.uint32).max else np.int64
+        run = (h[order], (order + row0).astype(row_dtype))
+        if self._data is None:
+            self._spill()
+        # spill the ids (UTF-8 bytes + end offsets, one per corpus row, nulls as empty)
+        text = ids.cast(pa.large_string())
+        offs = np.frombuffer(text.buffers()[1], np.int64)[text.offset: text.offset + n + 1]
+        data = text.buffers()[2]
+        if data is not None and offs[-1] > offs[0]:
+            self._data.seek(0, 2)
+            self._data.write(memoryview(data)[int(offs[0]):int(offs[-1])])
+        self._offsets.seek(0, 2)
+        self._offsets.write((offs[1:] - offs[0] + self._nbytes).astype(np.int64).tobytes())
+        self._nbytes += int(offs[-1] - offs[0])
+        self._count += n
+        self._hold(run)
+        while self._runs and len(self._runs[-1][0]) <= len(run[0]):
+            run = self._merge(self._runs.pop(), run)
+        self._runs.append(run)
+
+    @staticmethod
+    def _hash(ids: pa.Array) -> np.ndarray:
+        import polars as pl
+
+        return pl.Series(ids).hash(seed=0).to_numpy()
+
+
+def _prefetch(iterator: Iterator, depth: int = 1) -> Iterator:
+    """Items of ``iterator``, produced by a background thread up to ``depth`` items ahead.
+
+    Reading and decoding (Arrow, Parquet, JSON: C++ that releases the GIL) of the next chunk
+    then overlaps with packing and scoring of the current one, on the other core. Memory grows
+    by ``depth`` chunks. An exception in the producer is raised here, in order.
+    """
+    import queue
+    import threading
+
+    items: queue.Queue = queue.Queue(maxsize=depth)
+    done = object()
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in iterator:
+                while not stop.is_set():
+                    try:
+                        items.put(("item", item), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            items.put(("end", done))
+        except BaseException as exc:  # handed to the consumer
+            items.put(("error", exc))
+
+    thread = threading.Thread(target=produce, name="fastuq-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, value = items.get()
+            if kind == "item":
+                yield value
+            elif kind == "error":
+                raise value
+            else:
+                return
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a producer waiting on a full queue
+            try:
+                items.get_nowait()
+            except queue.Empty:
+                pass
+            thread.join(timeout=0.05)
+
+
+@dataclass
+class Skipped:
+    """A record left out under ``on_error="skip"``: where it was and why."""
+
+    source: str
+    row: int
+    trajectory_id: str | None
+    reason: str
+
+
+def _score_table(
+    table: pa.Table, chunk, rows: np.ndarray, resolved: tuple[str, ...] | None, *,
+    methods, protocol, params, dtype, backend, observation_noise, math: bool = False,
+    processes: int | None = None, info: dict | None = None,
+) -> tuple[Batch, tuple[str, ...], dict[str, np.ndarray]]:
+    batch = _make_batch(table, chunk, rows, dtype=dtype, observation_noise=observation_noise,
+                        math=math, processes=processes)
+    resolved = _resolve_once(resolved, methods, batch, params, observation_noise, info)
+    scores = {}
+    for m in resolved:
+        est = get_estimator(m)
+        own = {k: v for k, v in params.items() if k in est.params}
+        scores[m] = np.asarray(
+            est.run(batch, params=own, protocol=protocol, backend=backend), np.float64
+        )
+    return batch, resolved, scores
+
+
+def _make_batch(table, chunk, rows, *, dtype, observation_noise, math, processes) -> Batch:
+    return Batch(table, source=chunk.source, row0=chunk.source_row0, rows=rows,
+                 dtype=np.dtype(dtype), observation_noise=observation_noise, math=math,
+                 processes=processes)
+
+
+def _resolve_once(resolved, methods, batch: Batch, params, observation_noise,
+                  info: dict | None) -> tuple[str, ...]:
+    """The methods to run (resolved on the first chunk), with the checks of options that
+    would otherwise be ignored: parameters no method takes, and an observation noise on a
+    corpus that has token entropy (or for methods that do not read it)."""
+    if resolved is None:
+        resolved = _resolve_methods(methods, batch)
+        if _method_list(methods) == ["all"]:
+            check_params(params, resolved)
+            if info is not None:
+                info["left_out"] = left_out_methods(batch)
+        if observation_noise is not None:
+            readers = [m for m in resolved if "token_entropy" in get_estimator(m).inputs]
+            if not readers:
+                raise ValueError(
+                    f"observation noise would be ignored: it stands in for token entropy, "
+                    f"which none of the methods ({', '.join(resolved)}) reads")
+    if observation_noise is not None and (batch._present("token_entropy")
+                                          or batch._present("topk_logprobs")):
+        have = "token_entropy" if batch._present("token_entropy") else "topk_logprobs"
+        raise ValueError(
+            f"{batch.source or 'corpus'}: the corpus has {have}, so the observation noise "
+            f"(--observation-noise) would be ignored: drop it")
+    return resolved
+
+
+def _drop(table: pa.Table, rows: np.ndarray, bad: np.ndarray) -> tuple[pa.Table, np.ndarray]:
+    if not bad.any():
+        return table, rows
+    return table.filter(pa.array(~bad)), rows[~bad]
+
+
+def _structural_problems(chunk, seen: _SeenIds):
+    """Conform and check one chunk, collecting every bad row (run on the prefetch thread,
+    so that it overlaps scoring the previous chunk): ``(chunk, table, problems)``."""
+    from fastuq.io.schema import Problems, conform, validate
+
+    table = chunk.table
+    source = chunk.source
+    rows = np.arange(chunk.source_row0, chunk.source_row0 + table.num_rows)
+    if "trajectory_id" not in table.column_names:
+        validate(table, source=source, row0=chunk.source_row0)  # raises: no id column
+    problems = Problems(table, source, rows=rows, first_only=False)
+    table = conform(table, source=source, problems=problems)
+    problems.table = table
+    ids = table.column("trajectory_id").combine_chunks()
+    repeat, first = seen.repeats(ids)  # before the in-chunk check: name the first occurrence
+    if repeat.any():
+        problems.add(repeat, "trajectory_id",
+                     lambda i: f"duplicate id (first at {seen.where(int(first[i]))})")
+    validate(table, source=source, problems=problems)
+    seen.add(ids, chunk.row0, source, chunk.source_row0)
+    return chunk, table, problems
+
+
+def _skip_bad_rows(
+    chunk, table: pa.Table, problems, resolved, skipped: list, *,
+    methods, protocol, params, dtype, observation_noise, math, processes, info,
+) -> tuple[pa.Table, np.ndarray, tuple[str, ...]]:
+    """Every bad row of the chunk at once (vectorized checks, on top of the structural ones
+    in ``problems``), appended to ``skipped``; returns the chunk without them, the source
+    rows of what is left, and the methods."""
+    from fastuq.engine.skip import input_problems
+
+    source = chunk.source
+    rows = problems.rows
+    if table.num_rows:
+        batch = _make_batch(table, chunk, rows, dtype=dtype,
+                            observation_noise=observation_noise, math=math,
+                            processes=processes)
+        resolved = _resolve_once(resolved, methods, batch, params, observation_noise, info)
+        inputs = {i for m in resolved for i in get_estimator(m).inputs}
+        input_problems(
+            table, problems, inputs=inputs, protocol=protocol,
+            params={p: params.get(p) for p in get_estimator("sauce").params},
+            presets=get_estimator("sauce").presets if "sauce" in resolved else None,
+            confidence=params.get("confidence"),
+        )
+    if problems.bad:
+        idx = sorted(problems.bad)
+        tids = table.column("trajectory_id").combine_chunks().take(
+            pa.array(idx, pa.int64())).to_pylist()
+        for i, tid in zip(idx, tids, strict=True):
+            skipped.append(Skipped(source, int(rows[i]), None if tid is None else str(tid),
+                                   problems.bad[i]))
+        table, rows = _drop(table, rows, problems.mask(table.num_rows))
+    return table, rows, resolved
+
+
+def check_reading_options(on_error: str, skipped: list | None,
+                          observation_noise: float | None) -> None:
+    """ValueError for an ``on_error`` other than raise/skip, skip without a list to collect
+    the skipped records, or an observation noise that is not a finite number >= 0."""
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    if on_error == "skip" and skipped is None:
+        raise ValueError("on_error='skip' needs a list to collect the skipped records")
+    if observation_noise is not None and not (
+        np.isfinite(observation_noise) and observation_noise >= 0
+    ):
+        raise ValueError(f"observation noise must be finite and >= 0, got {observation_noise}")
+
+
+def iter_scores(
+    source,
+    *,
+    methods: str | Sequence[str] = ("sauce",),
+    protocol: str | None = None,
+    params: Mapping[str, object] | None = None,
+    dtype: str | np.dtype = "float64",
+    backend: str = "jax",
+    chunk_rows: int = 1 << 18,
+    observation_noise: float | None = None,
+    on_error: str = "raise",
+    skipped: list[Skipped] | None = None,
+    math: bool = False,
+    processes: int | None = None,
+    info: dict | None = None,
+    check: str = "corpus",
+) -> Iterator[tuple[Batch, dict[str, np.ndarray]]]:
+    """Score ``source`` chunk by chunk: yields ``(batch, {method: scores [n]})`` in order.
+
+    Args:
+      source: anything :func:`fastuq.io.readers.iter_chunks` reads (a file, a folder, a list
+        of files, a pyarrow Table, a Polars frame, a Hugging Face dataset).
+      methods: estimator names, or ``"all"``: every estimator whose inputs the corpus has.
+      params: estimator parameters by name (``lam``, ``q``, ``confidence``, ...); each
+        estimator takes the ones it declares. A name no estimator takes is a TypeError; a
+        parameter none of the methods takes is a ValueError (both name the estimators that
+        do take it).
+      on_error: ``"raise"`` (default): the first bad record stops the run with a ValueError
+        naming the source, row, trajectory and field. ``"skip"``: bad records are left out
+        and appended to ``skipped`` (a caller-owned list) with their reason; every other
+        record is scored. Each chunk is checked once, vectorized, and every bad row of it
+        dropped at once, so skipping costs time linear in the input. Lines that are not
+        valid JSON still stop the run.
+      math, processes: when agreement is built from parsed answers, also count answers that
+        math-verify proves equivalent as one vote (checked once per distinct pair that meets
+        in a round, over ``processes`` workers).
+      info: a caller-owned dict; with ``methods="all"``, ``info["left_out"]`` is set to the
+        estimators left out and why (``{name: "needs seq_logprob"}``).
+      check: ``"corpus"`` (default): every record is checked against every column the
+        corpus has except the per-token columns (``token_logprobs``, ``topk_logprobs``) and
+        ``texts``, which are read (and checked) only when a method uses them; so a node
+        column whose round or slot count disagrees with the others is an error whichever
+        methods run. ``"used"``: only the columns the methods read (faster on corpora with
+        node columns that the methods do not use; measured in bench/README.md).
+    """
+    from fastuq.io.readers import iter_chunks
+
+    check_reading_options(on_error, skipped, observation_noise)
+    if check not in CHECKS:
+        raise ValueError(f"check must be one of {', '.join(map(repr, CHECKS))}, got {check!r}")
+    names = _method_list(methods)
+    params = {k: v for k, v in (params or {}).items() if v is not None}
+    check_params(params, None if names == ["all"] else names)
+    columns = _columns_for(methods, params, source, check)
+    skip = on_error == "skip"
+    if columns is None:
+        reader = iter_chunks(source, chunk_rows=chunk_rows, validate=not skip,
+                             conform=not skip)
+    else:
+        reader = iter_chunks(source, columns=[], optional_columns=columns,
+                             chunk_rows=chunk_rows, validate=not skip, conform=not skip)
+    resolved: tuple[str, ...] | None = None
+    seen = _SeenIds()
+    kw = dict(methods=methods, protocol=protocol, params=params, dtype=dtype,
+              observation_noise=observation_noise, math=math, processes=processes, info=info)
+    if skip:
+        reader = (_structural_problems(chunk, seen) for chunk in reader)
+    try:
+        for item in _prefetch(reader):
+            if skip:
+                chunk, table, problems = item
+            else:
+                chunk = item
+                table = chunk.table
+                rows = np.arange(chunk.source_row0, chunk.source_row0 + table.num_rows)
+            if not skip:
+                ids = table.column("trajectory_id").combine_chunks()
+                repeat, first = seen.repeats(ids)
+                if repeat.any():
+                    k = int(np.argmax(repeat))
+                    raise RecordError(
+                        f"{chunk.source}: row {int(rows[k])}: field trajectory_id: duplicate "
+                        f"id {ids[k].as_py()!r} (first at {seen.where(int(first[k]))})", row=k)
+                seen.add(ids, chunk.row0, chunk.source, chunk.source_row0)
+                batch, resolved, scores = _score_table(table, chunk, rows, resolved,
+                                                       backend=backend, **kw)
+                yield batch, scores
+                continue
+            table, rows, resolved = _skip_bad_rows(chunk, table, problems, resolved, skipped,
+                                                   **kw)
+            while table.num_rows:
+                try:
+                    batch, resolved, scores = _score_table(table, chunk, rows, resolved,
+                                                           backend=backend, **kw)
+                except RecordError as exc:  # a problem the vectorized checks did not foresee
+                    if exc.row is None:
+                        raise
+                    tid = table.column("trajectory_id")[exc.row].as_py()
+                    skipped.append(Skipped(chunk.source, int(rows[exc.row]),
+                                           None if tid is None else str(tid), str(exc)))
+                    keep = np.ones(table.num_rows, bool)
+                    keep[exc.row] = False
+                    table, rows = _drop(table, rows, ~keep)
+                    continue
+                yield batch, scores
+                break
+    finally:
+        seen.close()
+
+
+def score(
+    source,
+    methods: str | Sequence[str] = ("sauce",),
+    *,
+    protocol: str | None = None,
+    dtype: str | np.dtype = "float64",
+    backend: str = "jax",
+    chunk_rows: int = 1 << 18,
+    observation_noise: float | None = None,
+    math: bool = False,
+    check: str = "corpus",
+    **params: object,
+) -> pa.Table:
+    """Score a corpus in memory: a table with ``trajectory_id``, one float64 column per
+    method (uncertainty; higher = less likely correct), and ``question_id``, ``protocol`` and
+    ``correct`` when the corpus has them. See :func:`score_file` for the arguments; ``params`` are
+    estimator parameters (``lam=``, ``q=``, ``confidence=``, ...)."""
+    tables = []
+    for batch, scores in iter_scores(
+        source, methods=methods, protocol=protocol, params=params, dtype=dtype,
+        backend=backend, chunk_rows=chunk_rows, observation_noise=observation_noise,
+        math=math, check=check,
+    ):
+        cols = {"trajectory_id": batch.ids, **scores}
+        for extra in ("question_id", "protocol", "correct"):
+            if extra in batch.table.column_names:
+                cols[extra] = batch.column(extra)
+        tables.append(pa.table(cols))
+    return pa.concat_tables(tables)
+
+
+def score_file(
+    input,
+    output: str | os.PathLike,
+    *,
+    methods: str | Sequence[str] = ("sauce",),
+    protocol: str | None = None,
+    lam: float | None = None,
+    q: float | None = None,
+    sigma2_0: float | None = None,
+    mu_0: float | None = None,
+    confidence: str | None = None,
+    dtype: str = "float64",
+    backend: str = "jax",
+    chunk_rows: int = 1 << 18,
+    observation_noise: float | None = None,
+    on_error: str = "raise",
+    skipped_path: str | os.PathLike | None = None,
+    math: bool = False,
+    processes: int | None = None,
+    progress: Callable[[int, int | None], None] | None = None,
+    keep_scores: bool = False,
+    max_skip_fraction: float | None = None,
+    check: str = "corpus",
+) -> ScoreReport:
+    """Score every trajectory of a corpus and write ``trajectory_id`` + one float64 column
+    per estimator to Parquet, in input order, atomically (nothing appears at ``output`` on
+    error). Memory is bounded by the chunk, not the corpus.
+
+    Args:
+      input: a corpus file (Parquet, Arrow IPC, JSONL, JSONL.gz), a folder or list of them,
+        or an in-memory frame (see :func:`fastuq.io.readers.iter_chunks`).
+      output: Parquet file to write.
+      methods: estimator names (or ``"all"``).
+      protocol: preset for every trajectory; default: each record's ``protocol`` field.
+      lam, q, sigma2_0, mu_0: SAUCE parameter overrides; confidence: UMAS node confidence
+        (``msp``, ``mean_logprob``, ``neg_entropy``).
+      dtype: kernel precision, ``"float64"`` (default) or ``"float32"``; output is float64.
+      chunk_rows: records per chunk.
+      observation_noise: constant R_t for corpora without token entropy (SAUCE on agreement
+        alone); without it, a missing token entropy is an error.
+      on_error: ``"raise"`` or ``"skip"`` (see :func:`iter_scores`). With ``"skip"`` the
+        skipped records are written, one JSON object per line with ``source``, ``row``,
+        ``trajectory_id`` and ``reason``, to ``skipped_path`` (default:
+        ``OUTPUT.skipped.jsonl``), and counted in the report. A run that skips every
+        record, or more than ``max_skip_fraction`` of them, raises
+        :class:`~fastuq.engine.errors.TooManySkipped` (a ValueError) after writing the skip list,
+        and writes no scores.
+      math, processes: see :func:`iter_scores`.
+      progress: called as ``progress(rows_done, rows_total_or_None)`` after each chunk.
+      keep_scores: keep the score arrays (and labels) in the report, for summaries.
+      max_skip_fraction: with ``on_error="skip"``, the largest fraction of the records that
+        may be skipped (default: any but all).
+      check: which columns every record is checked against (see :func:`iter_scores`).
+
+    Raises:
+      OutputError: (a ValueError) ``output`` or the skip list would replace an input (also
+        through a symlink, or inside an input folder whose files would be read), they name
+        the same file, a name contradicts its format, or the destination cannot be written;
+        found before anything is read.
+    """
+
+    from fastuq.io.readers import count_rows
+
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    if check not in CHECKS:
+        raise ValueError(f"check must be one of {', '.join(map(repr, CHECKS))}, got {check!r}")
+    if skipped_path is not None and on_error != "skip":
+        raise ValueError("skipped_path (--skipped) is only written with on_error='skip' "
+                         "(--on-error skip)")
+    if max_skip_fraction is not None:
+        if on_error != "skip":
+            raise ValueError("max_skip_fraction (--max-skip-fraction) only applies with "
+                             "on_error='skip' (--on-error skip)")
+        if not 0 <= max_skip_fraction <= 1:
+            raise ValueError(f"max_skip_fraction must be in [0, 1], got {max_skip_fraction}")
+    output = Path(output)
+    side = None
+    if on_error == "skip":
+        side = Path(skipped_path) if skipped_path else output.with_name(
+            output.name + ".skipped.jsonl")
+    paths = input if isinstance(input, (list, tuple)) else [input]
+    check_outputs([p for p in paths if isinstance(p, (str, os.PathLike))],
+                  [("output", output, "parquet"), ("skipped_path", side, "jsonl")])
+    params = {"lam": lam, "q": q, "sigma2_0": sigma2_0, "mu_0": mu_0, "confidence": confidence}
+    total = count_rows(input)
+    report = ScoreReport(input=str(input), output=str(output))
+    kept: dict[str, list[np.ndarray]] = {}
+    kept_correct: list[np.ndarray | None] = []
+    kept_protocol: list[np.ndarray] = []
+    skipped: list[Skipped] = []
+    info: dict = {}
+    start = time.perf_counter()
+    writer = None
+    done = 0
+    try:
+        for batch, scores in iter_scores(
+            input, methods=methods, protocol=protocol, params=params, dtype=dtype,
+            backend=backend, chunk_rows=chunk_rows, observation_noise=observation_noise,
+            on_error=on_error, skipped=skipped, math=math, processes=processes, info=info,
+            check=check,
+        ):
+            if writer is None:
+                report.methods = tuple(scores)
+                schema = pa.schema([("trajectory_id", pa.string())]
+                                   + [(m, pa.float64()) for m in scores])
+                writer = AtomicParquetWriter(output, schema)
+            writer.write(pa.table({"trajectory_id": batch.ids.cast(pa.string()), **scores},
+                                  schema=schema))
+            report.n_rows += batch.n
+            protos = batch.protocol(protocol) if (protocol or batch.has("protocol")) else None
+            if isinstance(protos, str):
+                report.protocols[protos] = report.protocols.get(protos, 0) + batch.n
+            elif protos is not None:
+                for item in pc.value_counts(protos).to_pylist():
+                    name = str(item["values"])
+                    report.protocols[name] = report.protocols.get(name, 0) + item["counts"]
+            if keep_scores:
+                for m, s in scores.items():
+                    kept.setdefault(m, []).append(s)
+                kept_correct.append(batch.correct())
+                if protos is not None:
+                    kept_protocol.append(np.full(batch.n, protos, object)
+                                         if isinstance(protos, str)
+                                         else protos.to_numpy(zero_copy_only=False))
+            done = report.n_rows + len(skipped)
+            if progress is not None:
+                progress(done, total)
+        n_in = report.n_rows + len(skipped)
+        too_many = None
+        if on_error == "skip" and skipped:
+            if not report.n_rows:
+                too_many = f"every record ({n_in:,}) was skipped"
+            elif max_skip_fraction is not None and len(skipped) > max_skip_fraction * n_in:
+                too_many = (f"{len(skipped):,} of {n_in:,} records ({len(skipped) / n_in:.2%}) "
+                            f"were skipped, more than max_skip_fraction = {max_skip_fraction}")
+        if side is not None:
+            atomic_write_text(side, _skip_lines(skipped))
+            report.skipped_path = str(side)
+        if too_many is not None:
+            raise TooManySkipped(f"{too_many}; no scores written; the skipped records and "
+                                 f"their reasons are listed in {side}")
+        if writer is None:  # no record scored: still write the (empty) output
+            names = [m for m in _method_list(methods) if m != "all"]
+            report.methods = tuple(names)
+            schema = pa.schema([("trajectory_id", pa.string())]
+                               + [(m, pa.float64()) for m in names])
+            writer = AtomicParquetWriter(output, schema)
+        writer.close()
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+    report.left_out = info.get("left_out", {})
+    report.skipped = skipped
+    report.seconds = time.perf_counter() - start
+    if keep_scores:
+        report.scores = {m: np.concatenate(v) for m, v in kept.items()}
+        if kept_correct and all(c is not None for c in kept_correct):
+            report.correct = np.concatenate(kept_correct)
+        if kept_protocol and sum(map(len, kept_protocol)) == report.n_rows:
+            report.protocol = np.concatenate(kept_protocol)
+    return report
+
+
+def _skip_lines(skipped: list[Skipped]) -> str:
+    """The skip list as JSON Lines (``source``, ``row``, ``trajectory_id``, ``reason``),
+    encoded column-wise by Polars rather than one ``json.dumps`` per record."""
+    import polars as pl
+
+    if not skipped:
+        return ""
+    frame = pl.DataFrame({
+        "source": [k.source for k in skipped], "row": [k.row for k in skipped],
+        "trajectory_id": [k.trajectory_id for k in skipped],
+        "reason": [k.reason for k in skipped],
+    }, schema={"source": pl.String, "row": pl.Int64, "trajectory_id": pl.String,
+               "reason": pl.String})
+    return frame.write_ndjson()
+
+
+class ProgressBar:
+    """A one-line progress bar on stderr (only drawn when stderr is a terminal or forced)."""
+
+    def __init__(self, enabled: bool | None = None, stream=None,
+                 unit: str = "trajectories", show_rate: bool = True) -> None:
+        self.stream = sys.stderr if stream is None else stream
+        self.enabled = self.stream.isatty() if enabled is None else enabled
+        self.unit = unit
+        self.show_rate = show_rate
+        self.start = time.perf_counter()
+
+    def __call__(self, done: int, total: int | None) -> None:
+        if not self.enabled:
+            return
+        rate = ""
+        if self.show_rate:
+            rate = f" {done / max(time.perf_counter() - self.start, 1e-9):,.0f}/s"
+        if total:
+            bar = "#" * int(30 * done / total)
+            line = f"\r[{bar:<30}] {done:,}/{total:,} {self.unit}{rate}"
+        else:
+            line = f"\r{done:,} {self.unit}{rate}"
+        self.stream.write(line)
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()

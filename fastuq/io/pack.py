@@ -1,0 +1,143 @@
+"""Packing ragged per-trajectory sequences into padded time-major arrays with a round mask.
+
+Built from list offsets with whole-array gathers, never a per-record Python loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import chain
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from fastuq.io.arrow_lists import list_lengths, offsets, ramp
+
+__all__ = ["pack_lists", "pack_nodes", "pack_offsets", "pack_ragged", "ragged_to_flat"]
+
+
+def pack_offsets(
+    values: np.ndarray,
+    offsets: np.ndarray,
+    *,
+    t_max: int | None = None,
+    n_padded: int | None = None,
+    dtype: np.dtype | type = np.float64,
+    fill: float = np.nan,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Scatter a flat ragged column into ``[T, N]`` (time-major) with a prefix round mask.
+
+    Args:
+      values: ``[offsets[-1] - offsets[0]]`` flat values, trajectory after trajectory (an
+        Arrow list column's ``values`` sliced at its offsets).
+      offsets: ``[N + 1]`` int offsets into ``values`` (as Arrow's list offsets; need not
+        start at 0).
+      t_max: rounds to allocate (default: the longest trajectory; must be at least that).
+      n_padded: trajectories to allocate (default ``N``); rows past ``N`` are padding.
+      dtype: output dtype; fill: value of padded slots.
+
+    Returns:
+      ``(padded [T, n_padded], round_mask [T, n_padded] bool)``.
+    """
+    offsets = np.asarray(offsets, np.int64)
+    lengths = np.diff(offsets)
+    n = lengths.size
+    longest = int(lengths.max()) if n else 0
+    t_max = longest if t_max is None else int(t_max)
+    if t_max < longest:
+        raise ValueError(f"t_max={t_max} is shorter than the longest trajectory ({longest})")
+    n_padded = n if n_padded is None else int(n_padded)
+    out = np.full((t_max, n_padded), fill, dtype)
+    mask = np.zeros((t_max, n_padded), bool)
+    mask[:, :n] = np.arange(t_max)[:, None] < lengths[None, :]
+    values = np.asarray(values)
+    base = offsets[:-1] - offsets[0]
+    # One gather per round: round t of trajectory n sits at base[n] + t where it exists.
+    for t in range(t_max):
+        has = mask[t, :n]
+        out[t, :n][has] = values[base[has] + t]
+    return out, mask
+
+
+def ragged_to_flat(rows: Sequence[Sequence[float | None]]) -> tuple[np.ndarray, np.ndarray]:
+    """Flatten Python sequences (one per trajectory) to ``(values float64, offsets [N + 1])``;
+    ``None`` becomes NaN."""
+    lengths = np.fromiter((len(r) for r in rows), np.int64, count=len(rows))
+    flat = np.array(list(chain.from_iterable(rows)), dtype=np.float64)
+    return flat, offsets(lengths)
+
+
+def pack_ragged(
+    rows: Sequence[Sequence[float | None]], *, t_max: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pack Python sequences (one per trajectory) into ``([T, N] float64, round_mask [T, N])``."""
+    flat, offsets = ragged_to_flat(rows)
+    return pack_offsets(flat, offsets, t_max=t_max)
+
+
+def pack_lists(
+    col: pa.Array, *, dtype=np.float64, t_max: int | None = None, n_padded: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """An Arrow ``list<number>`` column (one list per trajectory, one value per executed
+    round) to ``([T, N] dtype, round_mask [T, N])``. A null list has no rounds; a null element
+    becomes NaN (and is reported by validation as a missing measurement)."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    lengths, _ = list_lengths(col)
+    values = pc.list_flatten(col).to_numpy(zero_copy_only=False)
+    return pack_offsets(values, offsets(lengths), dtype=dtype, t_max=t_max, n_padded=n_padded)
+
+
+def pack_nodes(
+    col: pa.Array,
+    *,
+    dtype=np.float64,
+    t_max: int | None = None,
+    n_agents: int | None = None,
+    n_padded: int | None = None,
+    fill: float = np.nan,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An Arrow ``list<list<number>>`` node column (``[round][agent]`` per trajectory) to
+    padded time-major arrays.
+
+    Args:
+      col: N trajectories; each a list of executed rounds, each round a list with one slot
+        per agent of the initial team (null where the agent did not speak).
+      t_max, n_agents, n_padded: sizes to allocate (defaults: the largest present, N).
+
+    Returns:
+      ``values [T, n_padded, A]``, ``node_mask [T, n_padded, A]`` (true where the slot holds a
+      value) and ``round_mask [T, n_padded]`` (true where the round executed).
+    """
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    n = len(col)
+    round_len, _ = list_lengths(col)
+    rows = pc.list_flatten(col)  # one entry per executed (trajectory, round)
+    slot_len, _ = list_lengths(rows)
+    flat = pc.list_flatten(rows)
+    longest_t = int(round_len.max()) if n else 0
+    longest_a = int(slot_len.max()) if len(slot_len) else 0
+    t_max = longest_t if t_max is None else int(t_max)
+    n_agents = longest_a if n_agents is None else int(n_agents)
+    n_padded = n if n_padded is None else int(n_padded)
+    if t_max < longest_t or n_agents < longest_a:
+        raise ValueError(
+            f"node column needs at least {longest_t} rounds x {longest_a} agents, "
+            f"got {t_max} x {n_agents}"
+        )
+    values = np.full((t_max, n_padded, n_agents), fill, dtype)
+    node_mask = np.zeros((t_max, n_padded, n_agents), bool)
+    round_mask = np.zeros((t_max, n_padded), bool)
+    round_mask[:, :n] = np.arange(t_max)[:, None] < round_len[None, :]
+    # Row r is round t_r of trajectory n_r; element e is slot k_e of row r_e.
+    n_r = np.repeat(np.arange(n), round_len)
+    t_r = ramp(round_len)
+    r_e = np.repeat(np.arange(n_r.size), slot_len)
+    k_e = ramp(slot_len)
+    valid = flat.is_valid().to_numpy(zero_copy_only=False)
+    t_e, n_e, k_e = t_r[r_e][valid], n_r[r_e][valid], k_e[valid]
+    values[t_e, n_e, k_e] = flat.drop_null().to_numpy(zero_copy_only=False)
+    node_mask[t_e, n_e, k_e] = True
+    return values, node_mask, round_mask

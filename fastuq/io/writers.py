@@ -1,0 +1,322 @@
+"""Writing outputs safely (reading is :mod:`fastuq.io.readers`).
+
+* :func:`check_outputs` refuses, before any work, an output that resolves to an input (also
+  through symlinks, relative paths and input folders whose files would be read), two outputs
+  that are one file, a name whose extension contradicts what is written, and a destination
+  that cannot be written (an existing folder, a path under a regular file, an unwritable folder
+  or a read-only file system: probed by creating and removing a file there).
+* :class:`AtomicParquetWriter` / :func:`atomic_write_parquet` / :func:`atomic_write_text`
+  write through a temporary file in the destination folder, renamed into place only when
+  everything was written. Temporary files are removed on every exception and, once
+  :func:`remove_temporaries_on_sigterm` is installed (the ``fastuq`` command does), on
+  SIGTERM.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+import pyarrow as pa
+
+__all__ = [
+    "AtomicParquetWriter",
+    "OutputError",
+    "atomic_write_parquet",
+    "atomic_write_text",
+    "check_outputs",
+    "cli_check_outputs",
+    "remove_temporaries_on_sigterm",
+]
+
+#: What each kind of output may be called (lower-case suffixes; the first is suggested).
+SUFFIXES: dict[str, tuple[str, ...]] = {
+    "parquet": (".parquet", ".pq"),
+    "json": (".json",),
+    "jsonl": (".jsonl", ".ndjson", ".json"),
+    "png": (".png",),
+}
+
+
+_FORMAT_NAMES = {"parquet": "Parquet", "json": "JSON", "jsonl": "JSON Lines", "png": "PNG"}
+
+
+class OutputError(ValueError):
+    """An output that must not or cannot be written: ``cannot write PATH: reason``."""
+
+    def __init__(self, path: str | os.PathLike, reason: str) -> None:
+        super().__init__(f"cannot write {path}: {reason}")
+        self.path = str(path)
+        self.reason = reason
+
+
+def _real(path: str | os.PathLike) -> Path:
+    return Path(os.path.realpath(os.path.abspath(os.fspath(path))))
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path != folder and path.is_relative_to(folder)
+
+
+def _corpus_file(path: Path) -> bool:
+    """Whether the corpus readers pick ``path`` up when reading a folder above it."""
+    from fastuq.io.readers import _file_format
+
+    return not path.name.startswith(".") and _file_format(path) is not None
+
+
+def _existing_ancestor(path: Path) -> Path:
+    p = path.parent
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def _probe_folder(folder: Path, shown: str | os.PathLike) -> None:
+    """Create and remove a file in ``folder`` (the same call the writers make), so that an
+    unwritable folder or a read-only file system is found before any work, as root too."""
+    try:
+        tmp = _temporary(folder / "fastuq-probe")
+    except OSError as exc:
+        raise OutputError(shown, f"cannot create a file in {folder}: "
+                                 f"{exc.strerror or exc}") from None
+    _discard(tmp)
+
+
+def _check_destination(path: Path, shown: str | os.PathLike, kind: str) -> None:
+    if kind == "dir":
+        if path.exists() and not path.is_dir():
+            raise OutputError(shown, "a file is in the way (a folder is written here)")
+        if path.is_dir():
+            _probe_folder(path, shown)
+            return
+    elif path.is_dir():
+        raise OutputError(shown, "is a folder (give a file name)")
+    base = _existing_ancestor(path)
+    if not base.is_dir():
+        raise OutputError(shown, f"{base} is not a folder")
+    _probe_folder(base, shown)
+
+
+def check_outputs(
+    inputs: Iterable[str | os.PathLike | None],
+    outputs: Sequence[tuple[str, str | os.PathLike | None, str | None]],
+    *,
+    reads: Callable[[Path], bool] | None = None,
+) -> None:
+    """Refuse outputs that would destroy an input or cannot be written, before any work.
+
+    Args:
+      inputs: paths read (files or folders; ``None`` entries are ignored).
+      outputs: ``(flag, path, kind)`` per output (``path`` ``None``: not requested); kind
+        ``"parquet"``, ``"json"``, ``"jsonl"``, ``"png"`` (the name must end accordingly),
+        ``"dir"`` (a folder, created if missing) or ``None`` (any name).
+      reads: for an input folder, whether a file in it would be read (default: the corpus
+        readers' formats, hidden files excepted).
+
+    Raises:
+      OutputError: ``cannot write PATH: reason`` (a ValueError).
+    """
+    reads = reads or _corpus_file
+    ins = []
+    for p in inputs:
+        if p is None:
+            continue
+        real = _real(p)
+        ins.append((p, real, real.is_dir()))
+    seen: dict[Path, str] = {}
+    for flag, path, kind in outputs:
+        if path is None:
+            continue
+        if os.fspath(path) == "":
+            raise OutputError("''", f"{flag} needs a file name")
+        real = _real(path)
+        for given, src, is_dir in ins:
+            if real == src:
+                raise OutputError(path, f"it is the input {given} ({flag} would replace it)")
+            if is_dir and _inside(real, src) and kind != "dir" and reads(real):
+                raise OutputError(path, f"it is inside the input folder {given}, whose files "
+                                        "are read: write it elsewhere")
+        if real in seen:
+            raise OutputError(path, f"{flag} and {seen[real]} name the same file")
+        seen[real] = flag
+        if kind != "dir" and real.is_dir():
+            raise OutputError(path, "is a folder (give a file name)")
+        if kind in SUFFIXES and not Path(path).name.lower().endswith(SUFFIXES[kind]):
+            raise OutputError(
+                path, f"{flag} writes {_FORMAT_NAMES[kind]}, but the name says otherwise; "
+                      f"name it {Path(path).stem}{SUFFIXES[kind][0]}"
+            )
+        _check_destination(real, path, kind or "")
+
+
+def cli_check_outputs(
+    prog: str,
+    inputs: Iterable[str | os.PathLike | None],
+    outputs: Sequence[tuple[str, str | os.PathLike | None, str | None]],
+    *,
+    reads: Callable[[Path], bool] | None = None,
+) -> int | None:
+    """:func:`check_outputs` for a command: prints ``PROG: error: cannot write PATH: reason``
+    and returns 2 when an output is refused, else ``None``."""
+    try:
+        check_outputs(inputs, outputs, reads=reads)
+    except OutputError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    return None
+
+
+# --- temporary files -------------------------------------------------------------------------
+
+_TEMPORARIES: set[str] = set()
+_LOCK = threading.Lock()
+
+
+def _register(path: str) -> None:
+    with _LOCK:
+        _TEMPORARIES.add(path)
+
+
+def _forget(path: str) -> None:
+    with _LOCK:
+        _TEMPORARIES.discard(path)
+
+
+def _remove_all() -> None:
+    with _LOCK:
+        paths = list(_TEMPORARIES)
+        _TEMPORARIES.clear()
+    for p in paths:
+        try:
+            os.unlink(p)
+        except OSError:
+            pass
+
+
+def remove_temporaries_on_sigterm() -> None:
+    """On SIGTERM, remove every temporary file the writers hold and exit with status 143.
+
+    Installed by the ``fastuq`` command (main thread only; a no-op elsewhere). The handler
+    also raises ``SystemExit``, so ``finally`` blocks and context managers still run.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum, frame) -> None:
+        _remove_all()
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _temporary(path: Path) -> Path:
+    """Create ``.NAME.XXXXXXXX.tmp`` beside ``path``, registered before it exists, so that a
+    SIGTERM at any moment finds it."""
+    import secrets
+
+    for _ in range(100):
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        _register(str(tmp))
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies
+        except FileExistsError:
+            _forget(str(tmp))
+            continue
+        except BaseException:
+            _forget(str(tmp))
+            raise
+        os.close(fd)
+        return tmp
+    raise FileExistsError(f"{path.parent}: no free temporary name for {path.name}")
+
+
+def _discard(tmp: Path) -> None:
+    try:
+        tmp.unlink(missing_ok=True)
+    finally:
+        _forget(str(tmp))
+
+
+def _publish(tmp: Path, path: Path) -> None:
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        _discard(tmp)
+        raise
+    _forget(str(tmp))
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` through a temporary file in the same folder."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temporary(path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+    except BaseException:
+        _discard(tmp)
+        raise
+    _publish(tmp, path)
+
+
+def atomic_write_parquet(table: pa.Table, path: str | os.PathLike) -> None:
+    """Write ``table`` to ``path`` through a temporary file in the same folder, then rename."""
+    with AtomicParquetWriter(path, table.schema) as writer:
+        writer.write(table)
+
+
+class AtomicParquetWriter:
+    """Incremental Parquet writer that only appears at ``path`` when closed without error;
+    its temporary file is removed on any exception (and on SIGTERM, see
+    :func:`remove_temporaries_on_sigterm`)."""
+
+    def __init__(
+        self, path: str | os.PathLike, schema: pa.Schema, *, compression: str = "snappy"
+    ) -> None:
+        import pyarrow.parquet as pq
+
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = _temporary(self.path)
+        try:
+            self._writer = pq.ParquetWriter(self._tmp, schema, compression=compression)
+        except BaseException:
+            _discard(self._tmp)
+            raise
+
+    def write(self, table: pa.Table | pa.RecordBatch) -> None:
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        self._writer.write_table(table)
+
+    def close(self) -> None:
+        """Finish the file and move it into place."""
+        try:
+            self._writer.close()
+        except BaseException:
+            _discard(self._tmp)
+            raise
+        _publish(self._tmp, self.path)
+
+    def abort(self) -> None:
+        """Drop everything written; nothing appears at ``path``."""
+        try:
+            self._writer.close()
+        except Exception:  # noqa: BLE001 - the file is dropped anyway
+            pass
+        finally:
+            _discard(self._tmp)
+
+    def __enter__(self) -> AtomicParquetWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()

@@ -1,0 +1,308 @@
+"""Evaluation metrics of uncertainty scores against correctness labels, many columns at once.
+
+Conventions shared by every function here:
+
+* ``labels [N]``: bool, or numbers all 0 or 1; correct = 1 (``True``).
+* ``scores``: uncertainties (higher = less likely correct), either ``[N]`` (the metric
+  returns a Python ``float``) or ``[N, C]`` (it returns a float64 array ``[C]``, one value
+  per column, computed for all columns together, without a Python loop over columns). A
+  mapping name -> ``[N]`` array, a Polars DataFrame or a pyarrow Table of score columns count
+  as ``[N, C]`` in column order.
+* NaN or infinite scores raise ValueError naming the column; so do a length mismatch between
+  labels and scores, labels other than 0/1, and ``N = 0``.
+* Single-class labels (all correct or all wrong) make :func:`auroc`, :func:`prr` and
+  :func:`brier_platt` NaN, with an :class:`UndefinedMetricWarning` (Brier-Platt, which fits
+  on 4/5 of the rows, needs at least 2 rows of each class). :func:`auarc` and :func:`ece`
+  remain defined.
+
+All metrics are unitless: AUROC, AUARC, Brier and ECE lie in [0, 1]; PRR is at most 1
+(oracle), 0 for a random ranking, negative when worse than random.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from fastuq.metrics.ece import ece_matrix
+from fastuq.metrics.inputs import (
+    UndefinedMetricWarning,
+    as_labels,
+    as_score_matrix,
+    check_finite,
+    warn_single_class,
+)
+from fastuq.metrics.platt import PlattConvergenceWarning, oof_platt
+from fastuq.metrics.rank import RANK_METRICS, rank_metrics
+
+__all__ = [
+    "METRICS",
+    "PlattConvergenceWarning",
+    "UndefinedMetricWarning",
+    "auarc",
+    "auroc",
+    "brier_platt",
+    "ece",
+    "evaluate",
+    "platt_oof_probabilities",
+    "prr",
+]
+
+#: Metric names :func:`evaluate` knows, in its default order.
+METRICS = ("auroc", "auarc", "prr", "brier_platt", "ece")
+
+ArrayLike = Any
+
+
+def _prepare(labels: ArrayLike, scores: ArrayLike, what: str = "scores"):
+    y = as_labels(labels)
+    x, was_1d, names = as_score_matrix(scores, y.shape[0], what=what)
+    check_finite(x, names, what=what)
+    return y, x, was_1d
+
+
+def _shape_out(values: np.ndarray, was_1d: bool) -> float | np.ndarray:
+    return float(values[0]) if was_1d else values
+
+
+def _rank(metric: str, labels: ArrayLike, scores: ArrayLike) -> float | np.ndarray:
+    y, x, was_1d = _prepare(labels, scores)
+    if metric != "auarc":
+        warn_single_class(metric.upper(), int(np.count_nonzero(y)), y.shape[0])
+    return _shape_out(rank_metrics(y, x, (metric,))[metric], was_1d)
+
+
+def auroc(labels: ArrayLike, scores: ArrayLike) -> float | np.ndarray:
+    """Area under the ROC curve of ``-scores`` for detecting correct answers.
+
+    Exact, no binning: the Mann-Whitney statistic ``P(u_correct < u_wrong)`` with tied pairs
+    counting one half, equal to ``sklearn.metrics.roc_auc_score(labels, -scores)``. Computed
+    from one sort per column (average ranks over tie groups). ``labels [N]``, ``scores [N]``
+    or ``[N, C]``; returns a float or float64 ``[C]`` in [0, 1]; NaN (with a warning) when
+    the labels hold a single class.
+    """
+    return _rank("auroc", labels, scores)
+
+
+def auarc(labels: ArrayLike, scores: ArrayLike) -> float | np.ndarray:
+    """Area under the accuracy-rejection (accuracy-coverage) curve.
+
+    Rows are sorted by uncertainty ascending with a stable sort, so equal scores keep file
+    order; with ``ys`` the labels in that order::
+
+        AUARC = (1/N) sum_{k=1}^{N} (ys[0] + ... + ys[k-1]) / k
+
+    the mean over coverage levels ``k/N`` of the accuracy of the ``k`` most certain rows.
+    ``labels [N]``, ``scores [N]`` or ``[N, C]``; returns a float or float64 ``[C]`` in
+    [0, 1]. Defined for single-class labels (0 or 1).
+    """
+    return _rank("auarc", labels, scores)
+
+
+def prr(labels: ArrayLike, scores: ArrayLike) -> float | np.ndarray:
+    """Prediction-rejection ratio: rejection-curve area between random (0) and oracle (1).
+
+    Discretisation: at rejection level ``k/N``, ``k = 0..N-1``, the ``k`` most uncertain rows
+    are rejected and ``A_k`` is the accuracy (mean label) of the ``N - k`` retained rows. A
+    curve's area is the mean of its ``N`` values ``A_0..A_{N-1}``. Then::
+
+        PRR = (AUC_unc - AUC_rnd) / (AUC_oracle - AUC_rnd)
+
+    where ``AUC_unc`` rejects by the scores, ``AUC_rnd = mean label`` (the expected accuracy
+    of a random rejection at every level, analytic), and ``AUC_oracle`` rejects every wrong
+    row before any correct one (``= (P/N) (1 + sum_{k=P+1}^{N} 1/k)`` with ``P`` correct).
+    Ties are averaged: rows with equal scores are taken in every order with equal weight,
+    i.e. ``AUC_unc`` is the expected area, obtained by giving each row the mean label of its
+    tie group (so a constant score gives PRR = 0).
+
+    ``labels [N]``, ``scores [N]`` or ``[N, C]``; returns a float or float64 ``[C]``, at most
+    1; NaN (with a warning) when the labels hold a single class.
+    """
+    return _rank("prr", labels, scores)
+
+
+def _check_platt_args(n_folds: int, C: float | None) -> None:
+    if int(n_folds) != n_folds or n_folds < 2:
+        raise ValueError(f"n_folds must be an integer >= 2, got {n_folds!r}")
+    if C is not None and not C > 0:
+        raise ValueError(f"C must be positive, or None / inf for no penalty; got {C!r}")
+
+
+def _platt_or_nan(
+    metric: str, y: np.ndarray, x: np.ndarray, n_folds: int, seed: int, C: float | None
+) -> np.ndarray | None:
+    """Out-of-fold probabilities ``[N, C]``, or None (after a warning) when undefined."""
+    _check_platt_args(n_folds, C)
+    p = int(np.count_nonzero(y))
+    n = y.shape[0]
+    if warn_single_class(metric, p, n):
+        return None
+    if min(p, n - p) < 2:
+        warnings.warn(
+            f"{metric} needs at least 2 rows of each class for out-of-fold fits (got {p} "
+            f"correct of {n}); returning NaN",
+            UndefinedMetricWarning,
+            stacklevel=3,
+        )
+        return None
+    if x.shape[1] == 0:
+        return np.empty((n, 0))
+    return oof_platt(y, x, n_folds=n_folds, seed=seed, C=C)
+
+
+def platt_oof_probabilities(
+    labels: ArrayLike,
+    scores: ArrayLike,
+    *,
+    n_folds: int = 5,
+    seed: int = 0,
+    C: float | None = 1.0,
+) -> np.ndarray:
+    """Out-of-fold Platt-scaled probabilities of being correct, ``[N]`` or ``[N, C]`` float64.
+
+    Folds: ``sklearn.model_selection.StratifiedKFold(n_splits=n_folds, shuffle=True,
+    random_state=seed)`` on the labels (one split for every column). For each fold and
+    column, the score is standardised with the training folds' mean and (population)
+    standard deviation, and a one-feature logistic regression of ``correct`` on it is fitted
+    on those folds with scikit-learn's ``LogisticRegression(C=C)`` objective
+    ``0.5 w**2 + C sum_i logloss_i`` (L2 on the coefficient only, not the intercept;
+    ``C=None`` or ``inf``: unpenalized) -- what ``make_pipeline(StandardScaler(),
+    LogisticRegression(C=C))`` fits -- and gives the held-out rows' probabilities. So the
+    result does not depend on the scale or offset of a score (``c x + b``, ``c > 0``). The fits
+    of all folds and columns run together (Newton's method on the 2 parameters). All NaN,
+    with an :class:`UndefinedMetricWarning`, when a class has fewer than 2 rows.
+    """
+    y, x, was_1d = _prepare(labels, scores)
+    prob = _platt_or_nan("Platt scaling", y, x, n_folds, seed, C)
+    if prob is None:
+        prob = np.full(x.shape, np.nan)
+    return prob[:, 0] if was_1d else prob
+
+
+def brier_platt(
+    labels: ArrayLike,
+    scores: ArrayLike,
+    *,
+    n_folds: int = 5,
+    seed: int = 0,
+    C: float | None = 1.0,
+) -> float | np.ndarray:
+    """Brier score ``mean_i (p_i - y_i)**2`` of the out-of-fold Platt probabilities.
+
+    ``p`` comes from :func:`platt_oof_probabilities` (same arguments). ``labels [N]``,
+    ``scores [N]`` or ``[N, C]``; returns a float or float64 ``[C]`` in [0, 1] (lower is
+    better); NaN (with a warning) for single-class labels or a class with fewer than 2 rows.
+    """
+    y, x, was_1d = _prepare(labels, scores)
+    prob = _platt_or_nan("Brier-Platt", y, x, n_folds, seed, C)
+    if prob is None:
+        return _shape_out(np.full(x.shape[1], np.nan), was_1d)
+    return _shape_out(_brier(y, prob), was_1d)
+
+
+def _brier(y: np.ndarray, prob: np.ndarray) -> np.ndarray:
+    d = prob - y[:, None]
+    return np.einsum("nc,nc->c", d, d) / y.shape[0]
+
+
+def _check_n_bins(n_bins: int) -> None:
+    if int(n_bins) != n_bins or n_bins < 1:
+        raise ValueError(f"n_bins must be a positive integer, got {n_bins!r}")
+
+
+def ece(labels: ArrayLike, probabilities: ArrayLike, *, n_bins: int = 15) -> float | np.ndarray:
+    """Expected calibration error with ``n_bins`` equal-width bins on [0, 1].
+
+    ECE needs probabilities of being correct, not uncertainty scores: pass calibrated
+    probabilities (for example :func:`platt_oof_probabilities`); :func:`evaluate` computes it
+    on the out-of-fold Platt probabilities of each score column. Bin ``i`` is
+    ``[i/n_bins, (i+1)/n_bins)``, the last bin closed; with ``n_i`` rows in bin ``i``::
+
+        ECE = sum_i (n_i / N) |mean label_i - mean probability_i|
+
+    (empty bins add nothing). ``labels [N]``, ``probabilities [N]`` or ``[N, C]`` in [0, 1]
+    (ValueError otherwise); returns a float or float64 ``[C]`` in [0, 1]. Defined for
+    single-class labels.
+    """
+    _check_n_bins(n_bins)
+    y, p, was_1d = _prepare(labels, probabilities, what="probabilities")
+    bad = (p < 0) | (p > 1)
+    if bad.any():
+        j = int(np.flatnonzero(bad.any(axis=0))[0])
+        i = int(np.flatnonzero(bad[:, j])[0])
+        raise ValueError(
+            f"probabilities column {j} is outside [0, 1] (row {i}: {p[i, j]}); ECE needs "
+            f"probabilities, not uncertainty scores"
+        )
+    return _shape_out(ece_matrix(y, p, int(n_bins)), was_1d)
+
+
+def evaluate(
+    labels: ArrayLike,
+    scores: ArrayLike,
+    *,
+    metrics: Sequence[str] = METRICS,
+    names: Sequence[str] | None = None,
+    n_folds: int = 5,
+    seed: int = 0,
+    C: float | None = 1.0,
+    n_bins: int = 15,
+) -> dict[str, np.ndarray]:
+    """Every requested metric of every score column, as a column table.
+
+    ``scores``: ``[N]``, ``[N, C]``, a mapping name -> ``[N]`` array, a Polars DataFrame or
+    a pyarrow Table. Returns a dict of equal-length ``[C]`` arrays (``polars.DataFrame(...)``
+    of it is a table with one row per score column):
+
+    * ``"name"``: str, the column names (mapping keys / table columns, else ``names``, else
+      ``"score"`` for 1-D scores and ``"score_0"``, ``"score_1"``, ... for a matrix);
+    * ``"n"``: int64, N; ``"accuracy"``: float64, the mean label (the same in every row);
+    * one float64 ``[C]`` per metric in ``metrics``, in that order: ``"auroc"``, ``"auarc"``,
+      ``"prr"`` (computed from one shared sort), ``"brier_platt"`` and ``"ece"`` (ECE of the
+      out-of-fold Platt probabilities, which both share; NaN where those are undefined).
+
+    Keyword arguments are those of :func:`brier_platt` and :func:`ece`. Single-class labels
+    warn once per undefined metric.
+    """
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown:
+        raise ValueError(f"unknown metric(s) {unknown}; known: {list(METRICS)}")
+    _check_n_bins(n_bins)
+    _check_platt_args(n_folds, C)
+    y = as_labels(labels)
+    x, was_1d, col_names = as_score_matrix(scores, y.shape[0])
+    n, c = x.shape
+    if names is not None:
+        col_names = [str(s) for s in names]
+        if len(col_names) != c:
+            raise ValueError(f"names has {len(col_names)} entries for {c} score columns")
+    elif col_names is None:
+        col_names = ["score"] if was_1d else [f"score_{j}" for j in range(c)]
+    check_finite(x, col_names)
+    n_pos = int(np.count_nonzero(y))
+
+    out: dict[str, np.ndarray] = {
+        "name": np.array(col_names, dtype=str),
+        "n": np.full(c, n, np.int64),
+        "accuracy": np.full(c, n_pos / n),
+    }
+    rank_wanted = tuple(m for m in metrics if m in RANK_METRICS)
+    if rank_wanted:
+        for m in rank_wanted:
+            if m != "auarc":
+                warn_single_class(m.upper(), n_pos, n)
+        out.update(rank_metrics(y, x, rank_wanted))
+    if "brier_platt" in metrics or "ece" in metrics:
+        prob = _platt_or_nan("Platt scaling (Brier-Platt, ECE)", y, x, n_folds, seed, C)
+        if prob is None:
+            nan = np.full(c, np.nan)
+            out.update({m: nan.copy() for m in ("brier_platt", "ece") if m in metrics})
+        else:
+            if "brier_platt" in metrics:
+                out["brier_platt"] = _brier(y, prob)
+            if "ece" in metrics:
+                out["ece"] = ece_matrix(y, prob, int(n_bins))
+    return {k: out[k] for k in ("name", "n", "accuracy", *metrics)}
