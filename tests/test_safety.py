@@ -192,8 +192,8 @@ def test_fit_and_select_check_their_outputs_first_and_write_atomically(tmp_path,
     _one_error_line(capsys.readouterr().err, "fastuq select")
     assert corpus.read_bytes() == before
     # A failing write of the JSON leaves neither the target nor a temporary file.
-    from fastuq import _io
     from fastuq.fit import fit_sauce
+    from fastuq.io import writers as _io
 
     result = fit_sauce(corpus, steps=2, folds=2)
 

@@ -21,10 +21,10 @@ from sklearn.metrics import roc_auc_score
 
 import fastuq
 import fastuq.sweeps as sweep_mod
-from fastuq import _rank_fast as rf
 from fastuq import cli
 from fastuq.engine.batch import Batch
 from fastuq.metrics import auarc, auroc, prr
+from fastuq.metrics import rank_long as rf
 from fastuq.sweeps import load_sauce_data, parse_values, stratified_folds, sweep
 from fastuq.synth import corpus
 
@@ -240,7 +240,7 @@ def test_parse_values_ranges_lists_and_log():
 def test_cli_grid_parsing():
     import argparse
 
-    from fastuq import _cli_sweep
+    from fastuq.cli import sweep as _cli_sweep
     from fastuq.cli.sweep import _grid
 
     parser = argparse.ArgumentParser()

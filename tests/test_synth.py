@@ -428,10 +428,8 @@ def test_cli_bad_arguments(tmp_path, capsys):
 
 def test_no_jax_import(tmp_path):
     # The installed package's own files (a wheel or an editable install alike).
-    pkg = files("fastuq")
-    sources = [pkg / "synth.py",
-               *sorted((p for p in pkg.iterdir() if p.name.startswith("_synth_")
-                        and p.name.endswith(".py")), key=lambda p: p.name)]
+    pkg = files("fastuq") / "synth"
+    sources = sorted((p for p in pkg.iterdir() if p.name.endswith(".py")), key=lambda p: p.name)
     assert len(sources) >= 2, sources
     for src in sources:
         for node in ast.walk(ast.parse(src.read_text(encoding="utf-8"))):

@@ -45,8 +45,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fastuq import _synth_sim as sim
 from fastuq.io.schema import CANONICAL
+from fastuq.synth import sim
 
 __all__ = ["PROTOCOLS", "corpus", "corpus_chunks", "main", "schema", "write"]
 
@@ -369,7 +369,3 @@ def main(argv: list[str] | None = None) -> int:
 def _chain(first: pa.Table, rest: Iterator[pa.Table]) -> Iterator[pa.Table]:
     yield first
     yield from rest
-
-
-if __name__ == "__main__":
-    sys.exit(main())
