@@ -307,17 +307,15 @@ def _trainer(objective: str):
     import jax.numpy as jnp
     from jax import lax
 
-    from fastuq.kernels.sauce import SauceParams, sauce_scan
+    from fastuq.engine.registry import get_estimator
+
+    kernel = get_estimator("sauce").kernel_fn("jax")
 
     def score(raw, a, h, m):
         dtype = a.dtype
-        params = SauceParams(
-            jax.nn.sigmoid(raw[0]),
-            jax.nn.softplus(raw[1]),
-            jax.nn.softplus(raw[2]) + jnp.asarray(_S2_EPS, dtype),
-            raw[3],
-        )
-        return sauce_scan(a, h, m, params, fields=("score",))["score"]
+        return kernel(a, h, m, lam=jax.nn.sigmoid(raw[0]), q=jax.nn.softplus(raw[1]),
+                      sigma2_0=jax.nn.softplus(raw[2]) + jnp.asarray(_S2_EPS, dtype),
+                      mu_0=raw[3])
 
     def take(x, idx):
         return jnp.take(x, idx, axis=1)

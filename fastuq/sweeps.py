@@ -43,6 +43,8 @@ from typing import Any
 
 import numpy as np
 
+from fastuq.engine.registry import SAUCE_PARAMS
+
 __all__ = [
     "PARAMS",
     "SWEEP_METRICS",
@@ -56,7 +58,7 @@ __all__ = [
 ]
 
 #: SAUCE parameters a grid may hold, in canonical order.
-PARAMS = ("lam", "q", "sigma2_0", "mu_0")
+PARAMS = tuple(p.name for p in SAUCE_PARAMS)
 #: Metrics a sweep computes (all exact, higher is better).
 SWEEP_METRICS = ("auroc", "auarc", "prr")
 #: Default score elements per block: ``chunk_points = max(1, BLOCK_ELEMENTS // N)``.
@@ -150,8 +152,7 @@ def _from_table(table, protocol: str | None, dtype: np.dtype, source: str, row0:
     import pyarrow.compute as pc
 
     from fastuq.engine.batch import Batch
-    from fastuq.engine.estimators import _same_rounds
-    from fastuq.engine.sauce import validate_rounds
+    from fastuq.engine.inputs import INPUTS, Context
 
     if "trajectory_id" not in table.column_names:
         ids = pa.array(np.arange(row0, row0 + table.num_rows).astype(str))
@@ -164,10 +165,10 @@ def _from_table(table, protocol: str | None, dtype: np.dtype, source: str, row0:
                              "and token_entropy)" + ("; pass observation_noise=R (--observation-"
                                                      "noise R) to run SAUCE on agreement alone"
                                                      if name == "token_entropy" else ""))
-    a, mask = batch.rounds("agreement")
-    h, mask_h = batch.rounds("token_entropy")
-    _same_rounds(batch, mask, mask_h, "token_entropy")
-    validate_rounds(a, h, mask, batch.labels)
+    ctx = Context(batch, {}, ("agreement", "token_entropy", "round_mask"))
+    a = INPUTS["agreement"].build(ctx)  # the checks fastuq.score makes
+    h = INPUTS["token_entropy"].build(ctx)
+    mask = INPUTS["round_mask"].build(ctx)
     labels = None
     if "correct" in table.column_names:
         col = batch.column("correct")
@@ -402,7 +403,7 @@ def _as_labels(labels: ArrayLike, n: int) -> np.ndarray:
 
 
 def _from_arrays(data: Any, protocol, dtype: np.dtype):
-    from fastuq.engine.sauce import validate_rounds
+    from fastuq.engine.inputs import validate_rounds
 
     if not isinstance(data, (tuple, list)) or len(data) not in (3, 4):
         raise ValueError(
@@ -533,13 +534,15 @@ def _vmapped_scan(names: tuple[str, ...]) -> Callable:
     of the same parameters and shapes reuse its compilations)."""
     import jax
 
-    from fastuq.kernels.sauce import SauceParams, sauce_scan
+    from fastuq.engine.registry import get_estimator
+
+    kernel = get_estimator("sauce").kernel_fn("jax")
 
     def one(a, h, m, fixed, point):
         values = dict(zip(PARAMS, fixed, strict=True))
         for i, name in enumerate(names):
             values[name] = point[i]
-        return sauce_scan(a, h, m, SauceParams(**values), fields=("score",))["score"]
+        return kernel(a, h, m, **values)
 
     return jax.jit(jax.vmap(one, in_axes=(None, None, None, None, 0)))
 
@@ -617,9 +620,8 @@ def _preset_scores(
 ) -> np.ndarray | None:
     """SAUCE scores ``[N]`` with every trajectory's protocol preset, or ``base``'s values
     where it names the protocol (None: a protocol has neither)."""
-    from fastuq.engine.registry import SAUCE_PRESETS
+    from fastuq.engine.registry import SAUCE_PRESETS, get_estimator
     from fastuq.engine.runtime import x64_scope
-    from fastuq.kernels.sauce import SauceParams, sauce_scan
 
     base = base or {}
     if any(p not in SAUCE_PRESETS and set(base.get(p, {})) != set(PARAMS)
@@ -627,8 +629,8 @@ def _preset_scores(
         return None
     params = data.presets(None, base)
     with x64_scope(dtype):
-        out = sauce_scan(data.agreement, data.token_entropy, data.round_mask,
-                         SauceParams(*(params[p] for p in PARAMS)))["score"]
+        out = get_estimator("sauce").kernel_fn("jax")(
+            data.agreement, data.token_entropy, data.round_mask, **params)
         return np.asarray(out).astype(dtype, copy=False)
 
 

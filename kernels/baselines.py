@@ -43,6 +43,7 @@ Exactness rules, so that equal true values give equal floats:
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from typing import NamedTuple
 
@@ -50,6 +51,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+
+from .constants import ENTROPY_FLOOR
 
 __all__ = [
     "ENTROPY_FLOOR",
@@ -75,8 +78,6 @@ __all__ = [
     "weighted_agreement_numpy",
 ]
 
-#: Floor on the round token entropy R_t in ``weighted_agreement`` (as in SAUCE).
-ENTROPY_FLOOR = 1e-8
 
 
 def default_unroll(t_max: int) -> int | bool:
@@ -517,47 +518,97 @@ def round_baselines_numpy(
     return {name: np.asarray(result[name], dtype) for name in fields}
 
 
-@jax.jit
-def last_agreement(agreement: jax.Array, round_mask: jax.Array) -> jax.Array:
-    """``[N]`` -agreement ``[T, N]`` at the last executed round."""
-    return round_baselines(agreement, None, round_mask, fields=("last_agreement",))[
-        "last_agreement"]
+def _round_field(name: str):
+    """The registry's kernel and twin of the round baseline ``name``: ``(agreement,
+    [token_entropy,] round_mask, *, team_size=None) -> [N]``."""
+
+    def kernel(agreement, *rest, team_size=None):
+        h, mask = (None, rest[0]) if len(rest) == 1 else rest
+        return round_baselines(agreement, h, mask, team_size=team_size, fields=(name,))[name]
+
+    def twin(agreement, *rest, team_size=None):
+        h, mask = (None, rest[0]) if len(rest) == 1 else rest
+        return round_baselines_numpy(agreement, h, mask, team_size=team_size,
+                                     fields=(name,))[name]
+
+    kernel.__name__, twin.__name__ = name, f"{name}_numpy"
+    kernel.__doc__ = f"``[N]`` {name} of ``[T, N]`` round inputs (see the module docstring)."
+    twin.__doc__ = f"NumPy twin of :func:`{name}`."
+    return jax.jit(kernel), twin
 
 
-def last_agreement_numpy(agreement: np.ndarray, round_mask: np.ndarray) -> np.ndarray:
-    """NumPy twin of :func:`last_agreement`."""
-    out = round_baselines_numpy(agreement, None, round_mask, fields=("last_agreement",))
-    return out["last_agreement"]
+last_agreement, last_agreement_numpy = _round_field("last_agreement")
+mean_agreement, mean_agreement_numpy = _round_field("mean_agreement")
+weighted_agreement, weighted_agreement_numpy = _round_field("weighted_agreement")
 
 
-@jax.jit
-def mean_agreement(agreement: jax.Array, round_mask: jax.Array) -> jax.Array:
-    """``[N]`` -mean of agreement ``[T, N]`` over executed rounds."""
-    return round_baselines(agreement, None, round_mask, fields=("mean_agreement",))[
-        "mean_agreement"]
+
+# ----------------------------------------------------------------------------------------
+# Per-trajectory references (one trajectory, the batch axis removed; plain Python floats)
 
 
-def mean_agreement_numpy(agreement: np.ndarray, round_mask: np.ndarray) -> np.ndarray:
-    """NumPy twin of :func:`mean_agreement`."""
-    out = round_baselines_numpy(agreement, None, round_mask, fields=("mean_agreement",))
-    return out["mean_agreement"]
+def _final_nodes(node_mask) -> list[tuple[int, int]]:
+    """The valid nodes ``(t, a)`` of the last round with any valid node."""
+    rounds = [t for t in range(len(node_mask)) if any(bool(v) for v in node_mask[t])]
+    if not rounds:
+        return []
+    t = rounds[-1]
+    return [(t, a) for a in range(len(node_mask[t])) if node_mask[t][a]]
 
 
-@jax.jit
-def weighted_agreement(
-    agreement: jax.Array, token_entropy: jax.Array, round_mask: jax.Array
-) -> jax.Array:
-    """``[N]`` -(sum_t M_t / R_t) / (sum_t 1 / R_t) over executed rounds, R_t = max(H_t, 1e-8)
-    (all inputs ``[T, N]``)."""
-    out = round_baselines(agreement, token_entropy, round_mask, fields=("weighted_agreement",))
-    return out["weighted_agreement"]
+def msp_final_reference(seq_logprob, node_mask) -> float:
+    """:func:`msp_final` of one trajectory (``[T, A]`` inputs)."""
+    nodes = _final_nodes(node_mask)
+    if not nodes:
+        return math.nan
+    return -sum(float(seq_logprob[t][a]) for t, a in nodes) / len(nodes)
 
 
-def weighted_agreement_numpy(
-    agreement: np.ndarray, token_entropy: np.ndarray, round_mask: np.ndarray
-) -> np.ndarray:
-    """NumPy twin of :func:`weighted_agreement`."""
-    out = round_baselines_numpy(
-        agreement, token_entropy, round_mask, fields=("weighted_agreement",)
-    )
-    return out["weighted_agreement"]
+def perplexity_final_reference(seq_logprob, n_tokens, node_mask) -> float:
+    """:func:`perplexity_final` of one trajectory (``[T, A]`` inputs)."""
+    nodes = _final_nodes(node_mask)
+    if not nodes:
+        return math.nan
+    return sum(math.exp(-float(seq_logprob[t][a]) / float(n_tokens[t][a]))
+               for t, a in nodes) / len(nodes)
+
+
+def mean_token_entropy_reference(node_entropy, node_mask) -> float:
+    """:func:`mean_token_entropy` of one trajectory (``[T, A]`` inputs)."""
+    values = [float(node_entropy[t][a]) for t in range(len(node_mask))
+              for a in range(len(node_mask[t])) if node_mask[t][a]]
+    return sum(values) / len(values) if values else math.nan
+
+
+def _votes(agreement, round_mask, team_size) -> tuple[list[float], float]:
+    """Executed rounds' values (vote counts where a team size is given) and the scale."""
+    rounds = [t for t in range(len(round_mask)) if round_mask[t]]
+    team = float(team_size) if team_size is not None and float(team_size) > 0 else 0.0
+    if team:
+        return [float(round(float(agreement[t]) * team)) for t in rounds], team
+    return [float(agreement[t]) for t in rounds], 1.0
+
+
+def last_agreement_reference(agreement, round_mask, *, team_size=None) -> float:
+    """:func:`last_agreement` of one trajectory (``[T]`` inputs)."""
+    x, scale = _votes(agreement, round_mask, team_size)
+    return -x[-1] / scale if x else math.nan
+
+
+def mean_agreement_reference(agreement, round_mask, *, team_size=None) -> float:
+    """:func:`mean_agreement` of one trajectory (``[T]`` inputs)."""
+    x, scale = _votes(agreement, round_mask, team_size)
+    return -sum(x) / (scale * len(x)) if x else math.nan
+
+
+def weighted_agreement_reference(agreement, token_entropy, round_mask, *,
+                                 team_size=None) -> float:
+    """:func:`weighted_agreement` of one trajectory (``[T]`` inputs): weights ``1 / R_t``
+    taken relative to the first executed round."""
+    x, scale = _votes(agreement, round_mask, team_size)
+    noise = [max(float(token_entropy[t]), ENTROPY_FLOOR)
+             for t in range(len(round_mask)) if round_mask[t]]
+    if not x:
+        return math.nan
+    w = [noise[0] / r for r in noise]
+    return -sum(a * b for a, b in zip(x, w, strict=True)) / (scale * sum(w))

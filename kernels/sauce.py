@@ -1,10 +1,14 @@
 """SAUCE: a scalar lambda-Kalman filter over per-round agreement and token entropy.
 
-Two implementations of the same numbers, side by side:
+Three implementations of the same numbers, side by side:
 
 * :func:`sauce_scan` -- the jitted JAX kernel, a ``lax.scan`` over rounds of padded,
-  time-major arrays ``[T, N]`` (rounds x trajectories).
-* :func:`sauce_scan_numpy` -- its NumPy twin, the plainest loop over rounds.
+  time-major arrays ``[T, N]`` (rounds x trajectories); :func:`sauce` is its score with the
+  registry's signature.
+* :func:`sauce_scan_numpy` -- its NumPy twin, the plainest loop over rounds
+  (:func:`sauce_numpy`).
+* :func:`lambda_kalman_trajectory` / :func:`sauce_reference` -- one trajectory in plain
+  Python floats (the reference, and the math of ``fastuq.lambda_kalman_forward``).
 
 For every trajectory ``n`` and executed round ``t`` (``round_mask[t, n]`` true)::
 
@@ -40,9 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-ENTROPY_FLOOR = 1e-8
-GAIN_EPS = 1e-8
-VARIANCE_FLOOR = 1e-15
+from .constants import ENTROPY_FLOOR, GAIN_EPS, VARIANCE_FLOOR
 
 #: Names of the per-trajectory outputs, in order, of both implementations.
 SUMMARY_FIELDS = ("score", "final_mu", "final_sigma2", "avg_mu", "avg_sigma2", "n_rounds")
@@ -263,3 +265,91 @@ def sauce_scan_numpy(
         result = _summaries((mu, sigma2, sum_mu, sum_s2, count))
     result.update(trace)
     return {k: np.asarray(v, dtype) for k, v in _select(result, fields).items()}
+
+
+# ----------------------------------------------------------------------------------------
+# The estimator: kernel, twin and per-trajectory reference with the registry's signature
+# ``(values..., mask, *, parameters)`` (fastuq.engine.registry).
+
+
+@jax.jit
+def sauce(
+    agreement: jax.Array,
+    token_entropy: jax.Array,
+    round_mask: jax.Array,
+    *,
+    lam: jax.Array | float,
+    q: jax.Array | float,
+    sigma2_0: jax.Array | float,
+    mu_0: jax.Array | float,
+) -> jax.Array:
+    """``[N]`` SAUCE uncertainty (``-mean_t mu_t``) of ``[T, N]`` inputs; each parameter a
+    scalar or ``[N]``. :func:`sauce_scan` with ``fields=("score",)``."""
+    params = SauceParams(lam, q, sigma2_0, mu_0)
+    return sauce_scan(agreement, token_entropy, round_mask, params, fields=("score",))["score"]
+
+
+def sauce_numpy(
+    agreement: np.ndarray,
+    token_entropy: np.ndarray,
+    round_mask: np.ndarray,
+    *,
+    lam: np.ndarray | float,
+    q: np.ndarray | float,
+    sigma2_0: np.ndarray | float,
+    mu_0: np.ndarray | float,
+) -> np.ndarray:
+    """NumPy twin of :func:`sauce`."""
+    params = SauceParams(lam, q, sigma2_0, mu_0)
+    return sauce_scan_numpy(agreement, token_entropy, round_mask, params,
+                            fields=("score",))["score"]
+
+
+def lambda_kalman_trajectory(
+    observations, noises, *, lam: float, q: float, sigma2_0: float, mu_0: float
+) -> dict:
+    """The lambda-Kalman filter over one trajectory in plain Python floats: the reference of
+    both implementations above (no validation, no flooring: ``noises`` are the R_t).
+
+    Returns ``rounds`` (per round ``round_index``, ``mu``, ``sigma2``, ``S_t``, ``K_t``,
+    ``nu_t``), ``final_mu``, ``final_sigma2``, ``avg_mu``, ``avg_sigma2`` (NaN without
+    rounds)."""
+    mu, sigma2 = mu_0, sigma2_0
+    rounds = []
+    for t, (m_t, r_t) in enumerate(zip(observations, noises, strict=True)):
+        mu_pred = lam * mu
+        p_minus = lam * lam * sigma2 + q
+        r_eff = r_t + GAIN_EPS
+        s_t = p_minus + r_eff
+        k_t = p_minus / s_t
+        nu_t = m_t - mu_pred
+        mu = mu_pred + k_t * nu_t
+        sigma2 = max(p_minus * r_eff / s_t, VARIANCE_FLOOR)  # (1 - K_t) P, no cancellation
+        rounds.append(
+            {"round_index": t, "mu": mu, "sigma2": sigma2, "S_t": s_t, "K_t": k_t, "nu_t": nu_t}
+        )
+    n = len(rounds)
+    nan = float("nan")
+    return {
+        "rounds": rounds,
+        "final_mu": mu,
+        "final_sigma2": sigma2,
+        "avg_mu": sum(r["mu"] for r in rounds) / n if n else nan,
+        "avg_sigma2": sum(r["sigma2"] for r in rounds) / n if n else nan,
+    }
+
+
+def sauce_reference(
+    agreement, token_entropy, round_mask, *, lam: float, q: float, sigma2_0: float,
+    mu_0: float,
+) -> float:
+    """SAUCE of one trajectory (``[T]`` inputs, the batch axis removed) in plain Python
+    floats: :func:`lambda_kalman_trajectory` over the executed rounds, R_t floored at
+    ``ENTROPY_FLOOR``. NaN without executed rounds."""
+    rounds = [t for t in range(len(round_mask)) if round_mask[t]]
+    trace = lambda_kalman_trajectory(
+        [float(agreement[t]) for t in rounds],
+        [max(float(token_entropy[t]), ENTROPY_FLOOR) for t in rounds],
+        lam=float(lam), q=float(q), sigma2_0=float(sigma2_0), mu_0=float(mu_0),
+    )
+    return -trace["avg_mu"]

@@ -654,3 +654,67 @@ def umas_trajectory(
         "n_nodes": n_nodes,
         "c_dyn": c_dyn,
     }
+
+
+# ----------------------------------------------------------------------------------------
+# The estimators with the registry's signature ``(values..., mask, *, options)``
+
+
+@jax.jit
+def umas(node_confidence: jax.Array, node_mask: jax.Array,
+         edges: jax.Array | None = None) -> jax.Array:
+    """``[N]`` UMAS of ``[T, N, A]`` node confidence over the graph ``edges`` (packed bit
+    rows, or ``None``: the protocol default). :func:`umas_scan` with ``fields=("umas",)``."""
+    return umas_scan(node_confidence, node_mask, edges, fields=("umas",))["umas"]
+
+
+def umas_numpy(node_confidence: np.ndarray, node_mask: np.ndarray,
+               edges: np.ndarray | None = None) -> np.ndarray:
+    """NumPy twin of :func:`umas`."""
+    return umas_scan_numpy(node_confidence, node_mask, edges, fields=("umas",))["umas"]
+
+
+@jax.jit
+def umas_fix(node_confidence: jax.Array, node_mask: jax.Array) -> jax.Array:
+    """``[N]`` UMAS_FIX: minus the mean static node confidence over valid nodes."""
+    return umas_scan(node_confidence, node_mask, None, fields=("umas_fix",))["umas_fix"]
+
+
+def umas_fix_numpy(node_confidence: np.ndarray, node_mask: np.ndarray) -> np.ndarray:
+    """NumPy twin of :func:`umas_fix`."""
+    return umas_scan_numpy(node_confidence, node_mask, None, fields=("umas_fix",))["umas_fix"]
+
+
+def _reference_graph(edges, node_mask):
+    """Packed bit rows of one trajectory (``[T, A]`` or ``[T, A, W]``) as nested
+    predecessor lists."""
+    if edges is None:
+        return None
+    out = []
+    for t in range(len(node_mask)):
+        row = []
+        for i in range(len(node_mask[t])):
+            e = edges[t][i]
+            words = [int(w) for w in e] if np.ndim(e) else [int(e)]
+            row.append([j for j in range(len(node_mask[t]))
+                        if (words[j // WORD_BITS] >> (j % WORD_BITS)) & 1])
+        out.append(row)
+    return out
+
+
+def _reference_conf(node_confidence, node_mask):
+    return [[float(node_confidence[t][a]) if node_mask[t][a] else None
+             for a in range(len(node_mask[t]))] for t in range(len(node_mask))]
+
+
+def umas_reference(node_confidence, node_mask, edges=None) -> float:
+    """:func:`umas` of one trajectory (``[T, A]`` inputs, ``edges`` its packed rows) through
+    :func:`umas_trajectory`."""
+    return umas_trajectory(_reference_conf(node_confidence, node_mask),
+                           _reference_graph(edges, node_mask),
+                           n_agents=len(node_mask[0]) if len(node_mask) else 0)["umas"]
+
+
+def umas_fix_reference(node_confidence, node_mask) -> float:
+    """:func:`umas_fix` of one trajectory (``[T, A]`` inputs)."""
+    return umas_trajectory(_reference_conf(node_confidence, node_mask))["umas_fix"]

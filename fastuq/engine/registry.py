@@ -1,82 +1,314 @@
-"""The estimator registry: one entry per estimator, naming its packed inputs, its parameters
-and presets, its JAX kernel and its NumPy reference.
+"""The estimator registry: the one place an estimator is declared.
 
-Kernels are named by ``"module:function"`` strings inside ``fastuq.kernels`` and imported on
-first use, so that ``import fastuq`` (and ``fastuq --help``) does not import JAX.
+Each entry (:class:`Estimator`) names the packed inputs it reads (catalogued in
+:mod:`fastuq.engine.inputs`, which knows the corpus columns behind each one and checks them),
+its parameters with defaults, bounds and per-protocol presets, its JAX kernel, NumPy twin
+and per-trajectory reference (all three in one kernel module), and its output columns. One
+generic runner (:func:`fastuq.engine.runner.run_estimator`) turns a packed chunk into the
+kernel call for any entry; ``fastuq score``, :func:`fastuq.score`, :func:`fastuq.sauce_batch`,
+sweeps and fitting all reach kernels through it.
+
+The kernel contract, shared by the three implementations::
+
+    kernel(*inputs, **optional_inputs, **params) -> [N] array (one output) or
+                                                    {output: [N] array}
+    reference(*inputs_of_one_trajectory, **optional_inputs, **params) -> float or {output: float}
+
+``inputs`` come in the declared order (values first, then masks); ``optional_inputs`` are
+passed by keyword only when the corpus has them (else the kernel's default, ``None``);
+``params`` are keyword arguments, each a scalar or an ``[N]`` array (one value per
+trajectory, from the protocol presets). The reference takes one trajectory's slices (the
+batch axis removed, padding included: its masks say what is real).
+
+Kernels are named by ``"module:function"`` strings and imported on first use, so that
+``import fastuq`` (and ``fastuq --help``) does not import JAX. A user's estimator is
+registered with :func:`register` (kernels may then be callables or ``"module:function"``
+strings naming any importable module).
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
-__all__ = ["ESTIMATORS", "Estimator", "get_estimator"]
+import numpy as np
+
+__all__ = [
+    "ESTIMATORS",
+    "Estimator",
+    "Param",
+    "check_params",
+    "get_estimator",
+    "register",
+    "takers",
+    "unregister",
+]
+
+
+@dataclass(frozen=True)
+class Param:
+    """One estimator parameter.
+
+    name: the keyword (``--name`` on the command line where the CLI has it).
+    default: the value when neither the caller nor a protocol preset gives one (``None``:
+      no default; then every protocol needs a preset).
+    low, high: bounds (``None``: unbounded); ``low_open`` / ``high_open`` make them strict.
+    choices: for a string parameter, the values it may take.
+    kernel: whether the kernel takes it (``False``: it chooses how inputs are packed, e.g.
+      UMAS's ``confidence``).
+    doc: one line for tables and ``--help``.
+    """
+
+    name: str
+    default: float | str | None = None
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    choices: tuple[str, ...] | None = None
+    kernel: bool = True
+    doc: str = ""
+
+    def describe(self) -> str:
+        """The allowed range in words: ``in [0, 1]``, ``>= 0``, ``> 0`` or ``finite``."""
+        def g(x: float) -> str:
+            return f"{x:g}"
+
+        if self.low is not None and self.high is not None:
+            return (f"in {'(' if self.low_open else '['}{g(self.low)}, {g(self.high)}"
+                    f"{')' if self.high_open else ']'}")
+        if self.low is not None:
+            return f"{'>' if self.low_open else '>='} {g(self.low)}"
+        if self.high is not None:
+            return f"{'<' if self.high_open else '<='} {g(self.high)}"
+        return "finite"
+
+    def inside(self, v: np.ndarray) -> np.ndarray:
+        """Elementwise: finite and within the bounds."""
+        v = np.asarray(v, np.float64)
+        ok = np.isfinite(v)
+        if self.low is not None:
+            ok &= (v > self.low) if self.low_open else (v >= self.low)
+        if self.high is not None:
+            ok &= (v < self.high) if self.high_open else (v <= self.high)
+        return ok
+
+    def check(self, value: object) -> float | str:
+        """A scalar value checked (ValueError naming the parameter and its range)."""
+        if self.choices is not None:
+            if value not in self.choices:
+                raise ValueError(f"{self.name} must be one of {self.choices}, got {value!r}")
+            return value  # type: ignore[return-value]
+        try:
+            number = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{self.name} must be a finite number, got {value!r}") from exc
+        if not math.isfinite(number):
+            raise ValueError(f"{self.name} must be a finite number, got {value!r}")
+        if not self.inside(np.asarray(number)):
+            raise ValueError(f"{self.name} must be {self.describe()}, got {number}")
+        return number
+
+
+def _target(spec: str | Callable, package: str | None) -> Callable:
+    if callable(spec):
+        return spec
+    module, _, func = spec.partition(":")
+    if package and "." not in module:
+        module = f"{package}.{module}"
+    return getattr(importlib.import_module(module), func)
 
 
 @dataclass(frozen=True)
 class Estimator:
-    """What the engine needs to know about one estimator.
+    """One estimator: everything the engine needs, declared once.
 
-    name: the output column name (``fastuq score --method NAME``).
-    inputs: packed arrays it reads, e.g. ``("agreement", "token_entropy", "round_mask")``.
-    params: parameter names with their defaults (``None``: taken from the protocol preset).
-    presets: protocol -> parameter values.
-    jax_kernel / numpy_kernel: ``"module:function"`` inside ``fastuq.kernels``.
-    runner: ``"module:function"`` inside ``fastuq`` that scores a
-      :class:`~fastuq.engine.batch.Batch`: ``run(batch, *, params, protocol, backend) -> [N]``.
+    name: the estimator's name (``fastuq score --method NAME``).
+    inputs: packed inputs its kernel takes positionally, values then masks (names from
+      :data:`fastuq.engine.inputs.INPUTS`, e.g. ``("agreement", "token_entropy",
+      "round_mask")``). Only these are packed.
+    kernel, twin, reference: the JAX kernel, its NumPy twin and the per-trajectory
+      reference, as ``"module:function"`` (a bare module name is inside ``fastuq.kernels``)
+      or callables; the contract is in the module docstring.
+    params: its parameters (:class:`Param`), passed to the kernel by keyword.
+    optional_inputs: packed inputs passed by keyword when the corpus has them
+      (``team_size``, ``edges``).
+    presets: protocol -> parameter values (used for parameters the caller does not give).
+    outputs: output columns (default: the name); a kernel with several returns a dict.
     description: one line for ``--help`` and tables.
     """
 
     name: str
     inputs: tuple[str, ...]
-    params: tuple[str, ...]
-    presets: Mapping[str, Mapping[str, float]]
-    jax_kernel: str
-    numpy_kernel: str
-    runner: str
+    kernel: str | Callable
+    twin: str | Callable
+    reference: str | Callable
+    params: tuple[Param, ...] = ()
+    optional_inputs: tuple[str, ...] = ()
+    presets: Mapping[str, Mapping[str, float]] = field(
+        default_factory=lambda: MappingProxyType({}))
+    outputs: tuple[str, ...] = ()
     description: str = ""
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
-    def kernel(self, backend: str) -> Callable:
-        """The kernel function for ``backend`` ("jax" or "numpy"), imported on first use."""
+    def __post_init__(self) -> None:
+        if not self.outputs:
+            object.__setattr__(self, "outputs", (self.name,))
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+    @property
+    def kernel_params(self) -> tuple[Param, ...]:
+        return tuple(p for p in self.params if p.kernel)
+
+    def param(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def kernel_fn(self, backend: str) -> Callable:
+        """The kernel for ``backend`` (``"jax"``, or ``"numpy"``: the twin), imported on first
+        use."""
         if backend not in ("jax", "numpy"):
             raise ValueError(f"backend must be 'jax' or 'numpy', got {backend!r}")
         if backend not in self._cache:
-            target = self.jax_kernel if backend == "jax" else self.numpy_kernel
-            module, func = target.split(":")
-            mod = importlib.import_module(f"fastuq.kernels.{module}")
-            self._cache[backend] = getattr(mod, func)
+            spec = self.kernel if backend == "jax" else self.twin
+            self._cache[backend] = _target(spec, "fastuq.kernels")
         return self._cache[backend]
 
-    def run(self, batch, *, params: Mapping[str, object], protocol: str | None, backend: str):
-        """Score ``batch`` (a :class:`~fastuq.engine.batch.Batch`): uncertainty ``[N]``."""
-        if "run" not in self._cache:
-            module, func = self.runner.split(":")
-            self._cache["run"] = getattr(importlib.import_module(f"fastuq.{module}"), func)
-        return self._cache["run"](batch, params=params, protocol=protocol, backend=backend)
+    def reference_fn(self) -> Callable:
+        """The per-trajectory reference, imported on first use."""
+        if "reference" not in self._cache:
+            self._cache["reference"] = _target(self.reference, "fastuq.kernels")
+        return self._cache["reference"]
 
-    def resolve(self, protocol: str, overrides: Mapping[str, object]) -> dict[str, object]:
-        """Parameter values for ``protocol`` with non-``None`` ``overrides`` applied.
+    def resolve(self, protocol: str | None, overrides: Mapping[str, object]) -> dict[str, Any]:
+        """Kernel parameter values for ``protocol``: the non-``None`` ``overrides``, else the
+        protocol's preset, else the default.
 
-        Raises ValueError when the protocol has no preset and a parameter is not overridden.
-        """
-        preset = self.presets.get(protocol)
-        values: dict[str, object] = {}
-        for name in self.params:
-            value = overrides.get(name)
+        Raises ValueError when a parameter has none of the three."""
+        preset = self.presets.get(protocol) if protocol is not None else None
+        values: dict[str, Any] = {}
+        for p in self.kernel_params:
+            value = overrides.get(p.name)
+            if value is None and preset is not None:
+                value = preset.get(p.name)
             if value is None:
-                if preset is None:
-                    known = ", ".join(sorted(self.presets))
-                    raise ValueError(
-                        f"{self.name}: protocol {protocol!r} has no preset (known: {known}); "
-                        f"give {name} explicitly"
-                    )
-                value = preset[name]
-            values[name] = value
+                value = p.default
+            if value is None:
+                known = ", ".join(sorted(self.presets))
+                raise ValueError(
+                    f"{self.name}: protocol {protocol!r} has no preset (known: {known}); "
+                    f"give {p.name} explicitly"
+                )
+            values[p.name] = value
         return values
 
+    def packing(self, params: Mapping[str, object]) -> dict[str, object]:
+        """The values of the parameters that choose how inputs are packed (``kernel=False``),
+        checked, with defaults."""
+        out = {}
+        for p in self.params:
+            if not p.kernel:
+                value = params.get(p.name)
+                out[p.name] = p.default if value is None else p.check(value)
+        return out
+
+    def param_values(
+        self, n: int, protocol: str | Sequence[str] | Any | None,
+        overrides: Mapping[str, Any], dtype, ids: Sequence[str] | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Kernel parameters for ``n`` trajectories, validated: a 0-d array where one value
+        serves all, else ``[N]`` (per-trajectory overrides, or per-protocol presets).
+
+        Args:
+          protocol: one name, one per trajectory (a sequence or Arrow array), or ``None``
+            (no presets are consulted).
+          overrides: parameter -> a scalar, an array broadcasting to ``[N]``, or a mapping
+            protocol -> value (protocols it does not name keep their preset).
+          ids: trajectory names for error messages.
+        """
+        from fastuq.engine.errors import RecordError
+
+        kp = self.kernel_params
+        if not kp:
+            return {}
+        if protocol is None or isinstance(protocol, str):
+            names, inverse = [protocol], None
+        else:
+            names, inverse = _encode(protocol, n)
+        resolved = []
+        for k, proto in enumerate(names):
+            own = {p: (v.get(str(proto)) if isinstance(v, Mapping) else v)
+                   for p, v in overrides.items()}
+            try:
+                resolved.append(self.resolve(None if proto is None else str(proto), own))
+            except ValueError as exc:
+                if inverse is None:
+                    raise
+                row = int(np.argmax(inverse == k))
+                who = f"trajectory {ids[row]!r}" if ids is not None else f"trajectory {row}"
+                raise RecordError(f"{who}: {exc} (field protocol)", row=row) from None
+        out = {}
+        for p in kp:
+            given = overrides.get(p.name)
+            if given is not None and not isinstance(given, Mapping):
+                v = np.asarray(given, np.float64)
+            elif inverse is None:
+                v = np.asarray(resolved[0][p.name], np.float64)
+            else:
+                v = np.asarray([r[p.name] for r in resolved], np.float64)[inverse]
+            if v.ndim:
+                try:
+                    v = np.ascontiguousarray(np.broadcast_to(v, (n,)))
+                except ValueError:
+                    raise ValueError(
+                        f"{p.name} must be a scalar or broadcast to ({n},), got shape {v.shape}"
+                    ) from None
+            if not np.isfinite(v).all():
+                raise ValueError(f"{p.name} must be finite")
+            if not p.inside(v).all():
+                raise ValueError(f"{p.name} must be {p.describe()}")
+            out[p.name] = v
+        return {k: v.astype(dtype) for k, v in out.items()}
+
+
+def _encode(values, n: int) -> tuple[list[str], np.ndarray]:
+    """Distinct strings and each element's index into them (Arrow's dictionary encoding: a
+    C++ hash pass, ~10x faster than ``np.unique`` on a million Python strings)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from fastuq.engine.errors import RecordError
+
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if not isinstance(values, pa.Array):
+        values = np.asarray(values)
+        if values.dtype.kind not in "OUS":
+            raise ValueError(f"protocol must hold strings, got dtype {values.dtype}")
+        try:  # Python strings convert directly (10x faster than astype(str) first)
+            values = pa.array(values, pa.string())
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            raise ValueError("protocol must hold strings (one per trajectory)") from None
+    if len(values) != n:
+        raise ValueError(f"protocol must be a string or one per trajectory ({n}), got "
+                         f"{len(values)}")
+    if values.null_count:
+        row = int(np.argmax(values.is_null().to_numpy(zero_copy_only=False)))
+        raise RecordError(f"trajectory {row}: no protocol (field protocol)", row=row)
+    enc = pc.dictionary_encode(values.cast(pa.string()))
+    return enc.dictionary.to_pylist(), enc.indices.to_numpy(zero_copy_only=False)
+
+
+# ---------------------------------------------------------------------------------- entries
 
 SAUCE_PRESETS: Mapping[str, Mapping[str, float]] = MappingProxyType(
     {
@@ -84,86 +316,136 @@ SAUCE_PRESETS: Mapping[str, Mapping[str, float]] = MappingProxyType(
         "dylan": MappingProxyType({"lam": 0.70, "q": 0.001, "sigma2_0": 0.25, "mu_0": 0.0}),
     }
 )
-
-def _baseline(name: str, module_kernel: str, inputs: tuple[str, ...], description: str):
-    return Estimator(
-        name=name,
-        inputs=inputs,
-        params=(),
-        presets=MappingProxyType({}),
-        jax_kernel=f"baselines:{module_kernel}",
-        numpy_kernel=f"baselines:{module_kernel}_numpy",
-        runner=f"engine.estimators:run_{name}",
-        description=description,
-    )
-
-
-ESTIMATORS: Mapping[str, Estimator] = MappingProxyType(
-    {
-        "sauce": Estimator(
-            name="sauce",
-            inputs=("agreement", "token_entropy", "round_mask"),
-            params=("lam", "q", "sigma2_0", "mu_0"),
-            presets=SAUCE_PRESETS,
-            jax_kernel="sauce:sauce_scan",
-            numpy_kernel="sauce:sauce_scan_numpy",
-            runner="engine.estimators:run_sauce",
-            description="SAUCE lambda-Kalman filter over agreement and token entropy",
-        ),
-        "umas": Estimator(
-            name="umas",
-            inputs=("seq_logprob", "node_mask"),
-            params=("confidence",),
-            presets=MappingProxyType({}),
-            jax_kernel="umas:umas_scan",
-            numpy_kernel="umas:umas_scan_numpy",
-            runner="engine.estimators:run_umas",
-            description="UMAS trust-weighted dynamic confidence over the interaction graph",
-        ),
-        "umas_fix": Estimator(
-            name="umas_fix",
-            inputs=("seq_logprob", "node_mask"),
-            params=("confidence",),
-            presets=MappingProxyType({}),
-            jax_kernel="umas:umas_scan",
-            numpy_kernel="umas:umas_scan_numpy",
-            runner="engine.estimators:run_umas_fix",
-            description="UMAS_FIX: minus the mean static node confidence",
-        ),
-        "msp_final": _baseline("msp_final", "node_baselines", ("seq_logprob", "node_mask"),
-                               "minus the mean sequence log-probability of the final nodes"),
-        "perplexity_final": _baseline(
-            "perplexity_final", "node_baselines", ("seq_logprob", "n_tokens", "node_mask"),
-            "mean perplexity exp(-seq_logprob / n_tokens) of the final nodes"),
-        "mean_token_entropy": _baseline(
-            "mean_token_entropy", "node_baselines", ("node_entropy",),
-            "mean over all nodes of the node's mean token entropy (nats)"),
-        "last_agreement": _baseline("last_agreement", "round_baselines",
-                                    ("agreement", "round_mask"),
-                                    "minus the agreement of the last executed round"),
-        "mean_agreement": _baseline("mean_agreement", "round_baselines",
-                                    ("agreement", "round_mask"),
-                                    "minus the mean agreement over executed rounds"),
-        "weighted_agreement": _baseline(
-            "weighted_agreement", "round_baselines", ("agreement", "token_entropy", "round_mask"),
-            "minus the static precision-weighted agreement (weights 1/R_t)"),
-    }
+SAUCE_PARAMS = (
+    Param("lam", low=0.0, high=1.0, doc="forgetting factor"),
+    Param("q", low=0.0, doc="process noise"),
+    Param("sigma2_0", low=0.0, low_open=True, doc="prior variance"),
+    Param("mu_0", doc="prior mean"),
 )
+CONFIDENCES = ("msp", "mean_logprob", "neg_entropy")
+CONFIDENCE = Param("confidence", default="msp", choices=CONFIDENCES, kernel=False,
+                   doc="node confidence: seq_logprob, per-token mean, or minus node entropy")
+
+
+def _kernels(module: str, name: str) -> dict[str, str]:
+    return {"kernel": f"{module}:{name}", "twin": f"{module}:{name}_numpy",
+            "reference": f"{module}:{name}_reference"}
+
+
+_BUILTIN = (
+    Estimator(
+        name="sauce", inputs=("agreement", "token_entropy", "round_mask"),
+        params=SAUCE_PARAMS, presets=SAUCE_PRESETS, **_kernels("sauce", "sauce"),
+        description="SAUCE lambda-Kalman filter over agreement and token entropy",
+    ),
+    Estimator(
+        name="umas", inputs=("node_confidence", "node_mask"), optional_inputs=("edges",),
+        params=(CONFIDENCE,), **_kernels("umas", "umas"),
+        description="UMAS trust-weighted dynamic confidence over the interaction graph",
+    ),
+    Estimator(
+        name="umas_fix", inputs=("node_confidence", "node_mask"), params=(CONFIDENCE,),
+        **_kernels("umas", "umas_fix"),
+        description="UMAS_FIX: minus the mean static node confidence",
+    ),
+    Estimator(
+        name="msp_final", inputs=("seq_logprob", "node_mask"),
+        **_kernels("baselines", "msp_final"),
+        description="minus the mean sequence log-probability of the final nodes",
+    ),
+    Estimator(
+        name="perplexity_final", inputs=("seq_logprob", "n_tokens", "node_mask"),
+        **_kernels("baselines", "perplexity_final"),
+        description="mean perplexity exp(-seq_logprob / n_tokens) of the final nodes",
+    ),
+    Estimator(
+        name="mean_token_entropy", inputs=("node_entropy", "node_mask"),
+        **_kernels("baselines", "mean_token_entropy"),
+        description="mean over all nodes of the node's mean token entropy (nats)",
+    ),
+    Estimator(
+        name="last_agreement", inputs=("agreement", "round_mask"),
+        optional_inputs=("team_size",), **_kernels("baselines", "last_agreement"),
+        description="minus the agreement of the last executed round",
+    ),
+    Estimator(
+        name="mean_agreement", inputs=("agreement", "round_mask"),
+        optional_inputs=("team_size",), **_kernels("baselines", "mean_agreement"),
+        description="minus the mean agreement over executed rounds",
+    ),
+    Estimator(
+        name="weighted_agreement", inputs=("agreement", "token_entropy", "round_mask"),
+        optional_inputs=("team_size",), **_kernels("baselines", "weighted_agreement"),
+        description="minus the static precision-weighted agreement (weights 1/R_t)",
+    ),
+)
+
+_REGISTRY: dict[str, Estimator] = {est.name: est for est in _BUILTIN}
+#: Every registered estimator by name, in registration order (a live, read-only view).
+ESTIMATORS: Mapping[str, Estimator] = MappingProxyType(_REGISTRY)
+
+
+def register(estimator: Estimator, *, replace: bool = False) -> Estimator:
+    """Register ``estimator`` so that ``fastuq score --method NAME``, :func:`fastuq.score`,
+    ``eval`` and ``select`` run it.
+
+    Checked here: the name is new (unless ``replace``), is not ``"all"``, does not clash with
+    an output column of another estimator, its inputs are known packed inputs
+    (:data:`fastuq.engine.inputs.INPUTS`), and each parameter is taken by one kind only
+    (a parameter name shared with another estimator must mean the same thing: the same
+    bounds and choices). Returns the estimator.
+    """
+    from fastuq.engine.inputs import INPUTS
+
+    if not isinstance(estimator, Estimator):
+        raise TypeError(f"register takes an Estimator, got {type(estimator).__name__}")
+    name = estimator.name
+    if not name or not name.isidentifier() or name == "all":
+        raise ValueError(f"estimator name must be an identifier other than 'all', got {name!r}")
+    if name in _REGISTRY and not replace:
+        raise ValueError(f"estimator {name!r} is already registered (pass replace=True)")
+    unknown = [i for i in (*estimator.inputs, *estimator.optional_inputs) if i not in INPUTS]
+    if unknown:
+        raise ValueError(f"estimator {name!r}: unknown packed input(s) {unknown}; known: "
+                         f"{', '.join(INPUTS)}")
+    for other in _REGISTRY.values():
+        if other.name == name:
+            continue
+        clash = set(other.outputs) & set(estimator.outputs)
+        if clash:
+            raise ValueError(f"estimator {name!r}: output column(s) {sorted(clash)} already "
+                             f"written by {other.name!r}")
+        for p in estimator.params:
+            for q in other.params:
+                if p.name == q.name and (p.low, p.high, p.low_open, p.high_open, p.choices,
+                                         p.kernel) != (q.low, q.high, q.low_open,
+                                                       q.high_open, q.choices, q.kernel):
+                    raise ValueError(f"estimator {name!r}: parameter {p.name!r} differs from "
+                                     f"{other.name!r}'s parameter of that name")
+    _REGISTRY[name] = estimator
+    return estimator
+
+
+def unregister(name: str) -> Estimator:
+    """Remove a registered estimator (KeyError-free: ValueError naming the known ones)."""
+    est = get_estimator(name)
+    del _REGISTRY[name]
+    return est
 
 
 def get_estimator(name: str) -> Estimator:
     """The registry entry called ``name``; ValueError listing the known names otherwise."""
     try:
-        return ESTIMATORS[name]
+        return _REGISTRY[name]
     except KeyError:
         raise ValueError(
-            f"unknown estimator {name!r}; known: {', '.join(sorted(ESTIMATORS))}"
+            f"unknown estimator {name!r}; known: {', '.join(sorted(_REGISTRY))}"
         ) from None
 
 
 def takers(param: str) -> list[str]:
     """Estimators that take the parameter ``param``, in registry order."""
-    return [name for name, est in ESTIMATORS.items() if param in est.params]
+    return [name for name, est in _REGISTRY.items() if param in est.param_names]
 
 
 def check_params(params: Mapping[str, object], methods=None) -> None:
@@ -179,7 +461,7 @@ def check_params(params: Mapping[str, object], methods=None) -> None:
     """
     import difflib
 
-    known = sorted({p for est in ESTIMATORS.values() for p in est.params})
+    known = sorted({p for est in _REGISTRY.values() for p in est.param_names})
     for name, value in params.items():
         if value is None:
             continue
@@ -188,8 +470,8 @@ def check_params(params: Mapping[str, object], methods=None) -> None:
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             listing = "; ".join(f"{p} ({', '.join(takers(p))})" for p in known)
             raise TypeError(f"unknown estimator parameter {name!r}{hint}; known: {listing}")
-        if methods is not None and not any(name in ESTIMATORS[m].params for m in methods
-                                           if m in ESTIMATORS):
+        if methods is not None and not any(name in _REGISTRY[m].param_names for m in methods
+                                           if m in _REGISTRY):
             raise ValueError(
                 f"parameter {name!r} would be ignored: it is taken by "
                 f"{', '.join(takers(name))}, none of which is among the methods "

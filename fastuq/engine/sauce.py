@@ -14,9 +14,11 @@ from typing import Any
 import numpy as np
 
 from fastuq.engine.errors import RecordError
+from fastuq.engine.inputs import validate_rounds
 from fastuq.engine.registry import SAUCE_PRESETS, get_estimator
 from fastuq.engine.runtime import run_bucketed
 from fastuq.io.pack import pack_ragged
+from fastuq.kernels.constants import ENTROPY_FLOOR, GAIN_EPS, VARIANCE_FLOOR
 
 __all__ = [
     "ENTROPY_FLOOR",
@@ -28,10 +30,6 @@ __all__ = [
     "sauce_batch",
     "sauce_score",
 ]
-
-ENTROPY_FLOOR = 1e-8
-GAIN_EPS = 1e-8
-VARIANCE_FLOOR = 1e-15
 
 #: SAUCE presets per protocol: lam, q, sigma2_0 (initial variance v0), mu_0.
 PRESETS = SAUCE_PRESETS
@@ -47,18 +45,6 @@ def _finite(value: object, name: str) -> float:
     if not math.isfinite(number):
         raise ValueError(f"{name} must be a finite number, got {value!r}")
     return number
-
-
-def _check_params(lam: float, q: float, sigma2_0: float, mu_0: float) -> tuple[float, ...]:
-    lam, q = _finite(lam, "lam"), _finite(q, "q")
-    sigma2_0, mu_0 = _finite(sigma2_0, "sigma2_0"), _finite(mu_0, "mu_0")
-    if not 0.0 <= lam <= 1.0:
-        raise ValueError(f"lam must be in [0, 1], got {lam}")
-    if q < 0.0:
-        raise ValueError(f"q must be >= 0, got {q}")
-    if sigma2_0 <= 0.0:
-        raise ValueError(f"sigma2_0 must be > 0, got {sigma2_0}")
-    return lam, q, sigma2_0, mu_0
 
 
 def lambda_kalman_forward(
@@ -95,38 +81,21 @@ def lambda_kalman_forward(
         )
     if len(observations) == 0:
         raise ValueError("a trajectory must contain at least one round")
-    lam, q, sigma2_0, mu_0 = _check_params(lam, q, sigma2_0, mu_0)
-    mu, sigma2 = mu_0, sigma2_0
-    rounds: list[dict[str, float | int]] = []
-    for t, (obs, noise) in enumerate(zip(observations, R_values, strict=True)):
-        m_t = _finite(obs, f"observations[{t}]")
+    est = get_estimator("sauce")
+    lam, q, sigma2_0, mu_0 = (est.param(name).check(value) for name, value in
+                              (("lam", lam), ("q", q), ("sigma2_0", sigma2_0), ("mu_0", mu_0)))
+    observations = [_finite(obs, f"observations[{t}]") for t, obs in enumerate(observations)]
+    noises = []
+    for t, noise in enumerate(R_values):
         r_t = _finite(noise, f"R_values[{t}]")
         if r_t < 0.0:
             raise ValueError(f"R_values[{t}] must be >= 0, got {r_t}")
-        mu_pred = lam * mu
-        p_minus = lam * lam * sigma2 + q
-        r_eff = r_t + GAIN_EPS
-        s_t = p_minus + r_eff
-        k_t = p_minus / s_t
-        nu_t = m_t - mu_pred
-        mu = mu_pred + k_t * nu_t
-        # (1 - K_t) * P written so that it cannot cancel when P >> R_t.
-        sigma2 = max(p_minus * r_eff / s_t, VARIANCE_FLOOR)
-        rounds.append(
-            {"round_index": t, "mu": mu, "sigma2": sigma2, "S_t": s_t, "K_t": k_t, "nu_t": nu_t}
-        )
-    n = len(rounds)
-    return {
-        "lam": lam,
-        "q": q,
-        "mu_0": mu_0,
-        "sigma2_0": sigma2_0,
-        "rounds": rounds,
-        "final_mu": mu,
-        "final_sigma2": sigma2,
-        "avg_mu": sum(r["mu"] for r in rounds) / n,
-        "avg_sigma2": sum(r["sigma2"] for r in rounds) / n,
-    }
+        noises.append(r_t)
+    from fastuq.kernels.sauce import lambda_kalman_trajectory
+
+    trace = lambda_kalman_trajectory(observations, noises, lam=lam, q=q, sigma2_0=sigma2_0,
+                                     mu_0=mu_0)
+    return {"lam": lam, "q": q, "mu_0": mu_0, "sigma2_0": sigma2_0, **trace}
 
 
 def _preset(protocol: str) -> Mapping[str, float]:
@@ -258,125 +227,6 @@ def _as_batch(
     return a.astype(dtype, copy=False), h.astype(dtype, copy=False), mask
 
 
-def _name(ids: Sequence[str] | None, n: int) -> str:
-    return f"trajectory {ids[n]!r}" if ids is not None else f"trajectory {n}"
-
-
-def validate_rounds(
-    a: np.ndarray, h: np.ndarray | None, mask: np.ndarray, ids: Sequence[str] | None
-) -> None:
-    """Check per-round signals ``[T, N]`` at executed rounds: every trajectory has a round,
-    agreement is finite and in [0, 1], token entropy (unless ``h`` is None) finite and >= 0.
-
-    Raises:
-      RecordError: naming the first bad (trajectory, round, field), in trajectory order.
-    """
-    empty = ~mask.any(axis=0)
-    if empty.any():
-        n = int(np.argmax(empty))
-        raise RecordError(f"{_name(ids, n)}: no executed round (field agreement)", row=n)
-    with np.errstate(invalid="ignore"):
-        checks = (
-            ("agreement", ~np.isfinite(a), "is missing or not finite"),
-            ("agreement", (a < 0) | (a > 1), "is outside [0, 1]"),
-        )
-        if h is not None:
-            checks += (
-                ("token_entropy", ~np.isfinite(h), "is missing or not finite"),
-                ("token_entropy", h < 0, "is negative"),
-            )
-    first = None
-    for field_name, bad, what in checks:
-        bad = bad & mask
-        if bad.any():
-            t, n = np.unravel_index(int(np.argmax(bad.T)), bad.T.shape)[::-1]
-            key = (n, t)
-            if first is None or key < first[0]:
-                value = (a if field_name == "agreement" else h)[t, n]
-                first = (key, field_name, what, value)
-    if first is not None:
-        (n, t), field_name, what, value = first
-        raise RecordError(
-            f"{_name(ids, int(n))}, round {int(t)}: {field_name} = {value} {what}", row=int(n)
-        )
-
-
-def _encode(values, n: int) -> tuple[list[str], np.ndarray]:
-    """Distinct strings and each element's index into them (Arrow's dictionary encoding: a
-    C++ hash pass, ~10x faster than ``np.unique`` on a million Python strings)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    if not isinstance(values, pa.Array):
-        values = np.asarray(values)
-        if values.dtype.kind not in "OUS":
-            raise ValueError(f"protocol must hold strings, got dtype {values.dtype}")
-        try:  # Python strings convert directly (10x faster than astype(str) first)
-            values = pa.array(values, pa.string())
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
-            raise ValueError("protocol must hold strings (one per trajectory)") from None
-    if len(values) != n:
-        raise ValueError(f"protocol must be a string or one per trajectory ({n}), got "
-                         f"{len(values)}")
-    if values.null_count:
-        row = int(np.argmax(values.is_null().to_numpy(zero_copy_only=False)))
-        raise RecordError(f"trajectory {row}: no protocol (field protocol)", row=row)
-    enc = pc.dictionary_encode(values.cast(pa.string()))
-    return enc.dictionary.to_pylist(), enc.indices.to_numpy(zero_copy_only=False)
-
-
-def _params_arrays(
-    n: int, protocol: str | Sequence[str], overrides: Mapping[str, Any], dtype,
-    ids: Sequence[str] | None = None,
-) -> dict[str, np.ndarray]:
-    """Parameter arrays (scalars, or ``[N]`` for per-trajectory values), validated."""
-    est = get_estimator("sauce")
-    if isinstance(protocol, str):
-        names, inverse = [protocol], None
-    else:
-        names, inverse = _encode(protocol, n)
-    presets = []
-    for k, proto in enumerate(names):
-        # A parameter given as a mapping protocol -> value applies per protocol; protocols
-        # it does not name keep their preset.
-        own = {p: (v.get(str(proto)) if isinstance(v, Mapping) else v)
-               for p, v in overrides.items()}
-        try:
-            presets.append(est.resolve(str(proto), own))
-        except ValueError as exc:
-            if inverse is None:
-                raise
-            row = int(np.argmax(inverse == k))
-            raise RecordError(f"{_name(ids, row)}: {exc} (field protocol)", row=row) from None
-    out = {}
-    for p in est.params:
-        if overrides.get(p) is not None and not isinstance(overrides[p], Mapping):
-            v = np.asarray(overrides[p], np.float64)
-        elif inverse is None:
-            v = np.asarray(presets[0][p], np.float64)
-        else:
-            v = np.asarray([preset[p] for preset in presets], np.float64)[inverse]
-        if v.ndim:
-            try:
-                v = np.ascontiguousarray(np.broadcast_to(v, (n,)))
-            except ValueError:
-                raise ValueError(
-                    f"{p} must be a scalar or broadcast to ({n},), got shape {v.shape}"
-                ) from None
-        if not np.isfinite(v).all():
-            raise ValueError(f"{p} must be finite")
-        out[p] = v
-    if ((out["lam"] < 0) | (out["lam"] > 1)).any():
-        raise ValueError("lam must be in [0, 1]")
-    if (out["q"] < 0).any():
-        raise ValueError("q must be >= 0")
-    if (out["sigma2_0"] <= 0).any():
-        raise ValueError("sigma2_0 must be > 0")
-    return {k: v.astype(dtype) for k, v in out.items()}
-
-
 def sauce_batch(
     agreement: ArrayLike,
     token_entropy: ArrayLike,
@@ -437,21 +287,30 @@ def sauce_batch(
         raise ValueError(f"trajectory_ids has {len(trajectory_ids)} names for {n} trajectories")
     validate_rounds(a, h, mask, trajectory_ids)
     overrides = {"lam": lam, "q": q, "sigma2_0": sigma2_0, "mu_0": mu_0}
-    params = _params_arrays(n, protocol, overrides, dtype, trajectory_ids)
-    from fastuq.kernels.sauce import SUMMARY_FIELDS, TRACE_FIELDS, SauceParams
+    est = get_estimator("sauce")
+    params = est.param_values(n, protocol, overrides, dtype, trajectory_ids)
+    if not return_trace:
+        from fastuq.engine.runner import call_kernel
 
-    fields = ("score",) + ((SUMMARY_FIELDS[1:] + TRACE_FIELDS) if return_trace else ())
-    kernel = get_estimator("sauce").kernel(backend)
+        out = call_kernel(est, [a, h, mask], {}, params, n=n, dtype=dtype, backend=backend,
+                          chunk_size=chunk_size)
+        return {"score": out["sauce"]}
+    # The trace is SAUCE's own (no registry contract for it): the kernel module's scan with
+    # more fields.
+    from fastuq.kernels.sauce import SUMMARY_FIELDS, TRACE_FIELDS, SauceParams, sauce_scan_numpy
+
+    fields = ("score",) + SUMMARY_FIELDS[1:] + TRACE_FIELDS
     if backend == "numpy":
-        p = SauceParams(params["lam"], params["q"], params["sigma2_0"], params["mu_0"])
-        return kernel(a, h, mask, p, fields=fields)
+        return sauce_scan_numpy(a, h, mask, SauceParams(**params), fields=fields)
+    if backend != "jax":
+        raise ValueError(f"backend must be 'jax' or 'numpy', got {backend!r}")
     batched = [(a, 1, 0.0), (h, 1, 0.0), (mask, 1, False)]
     batched += [(params[k], 0, 1.0) for k in ("lam", "q", "sigma2_0", "mu_0")]
-    return run_bucketed(_sauce_call, batched, n, dtype, chunk_size, fields=fields)
+    return run_bucketed(_trace_call, batched, n, dtype, chunk_size, fields=fields)
 
 
-def _sauce_call(a, h, mask, lam, q, sigma2_0, mu_0, *, fields):
-    """The JAX kernel with flat parameters (a stable function, so wrappers cache)."""
+def _trace_call(a, h, mask, lam, q, sigma2_0, mu_0, *, fields):
+    """SAUCE's scan with trace fields (a stable function, so wrappers cache)."""
     from fastuq.kernels.sauce import SauceParams, sauce_scan
 
     return sauce_scan(a, h, mask, SauceParams(lam, q, sigma2_0, mu_0), fields=fields)

@@ -15,7 +15,9 @@ import pyarrow.compute as pc
 
 from fastuq.engine.batch import Batch
 from fastuq.engine.errors import RecordError, TooManySkipped
+from fastuq.engine.inputs import INPUTS, columns_for
 from fastuq.engine.registry import ESTIMATORS, check_params, get_estimator
+from fastuq.engine.runner import run_estimator
 from fastuq.io.writers import AtomicParquetWriter, atomic_write_text, check_outputs
 
 __all__ = ["ScoreReport", "available_methods", "iter_scores", "score", "score_file"]
@@ -40,29 +42,17 @@ class ScoreReport:
     left_out: dict[str, str] = field(default_factory=dict)
 
 
+def _missing(est, batch: Batch, params: Mapping[str, object] | None = None) -> list[str]:
+    """The packed inputs of ``est`` that ``batch`` cannot build (optional ones never miss)."""
+    packing = est.packing(params or {})
+    return [i for i in est.inputs if not INPUTS[i].available(batch, packing)]
+
+
 def available_methods(batch: Batch) -> tuple[str, ...]:
     """Registered estimators whose inputs ``batch`` has, in registry order."""
-    return tuple(
-        name for name, est in ESTIMATORS.items() if all(batch.has(i) for i in est.inputs)
-    )
+    return tuple(name for name, est in ESTIMATORS.items() if not _missing(est, batch))
 
 
-#: Corpus columns each packed input is built from: the column itself, else the ones it is
-#: derived from (agreement from parsed answers, token entropy from top-k log-probabilities).
-_INPUT_COLUMNS = {
-    "agreement": ("agreement", "n_agents"),  # n_agents: vote counts, so ties stay ties
-    "round_mask": ("agreement",),
-    "token_entropy": ("token_entropy",),
-    "seq_logprob": ("seq_logprob", "n_agents", "predecessors"),
-    "node_mask": ("seq_logprob", "n_agents"),
-    "n_tokens": ("n_tokens", "n_agents"),
-    "node_entropy": ("node_entropy", "topk_logprobs", "n_agents"),
-}
-_FALLBACKS = {
-    "agreement": ("answers", "n_agents"),
-    "token_entropy": ("topk_logprobs",),
-    "node_entropy": ("topk_logprobs", "n_agents"),
-}
 #: Columns read whenever the corpus has them: labels and groups, and (so that validation does
 #: not depend on the methods) the per-round signals and the team size, which every record's
 #: round structure is checked against.
@@ -134,37 +124,23 @@ def _columns_for(
     cols = set(_ALWAYS)
     if check == "corpus":
         cols.update(_CHECKED_NODE_COLUMNS)
-    have = None
-    for m in methods:
-        for i in get_estimator(m).inputs:
-            cols.update(_INPUT_COLUMNS.get(i, (i,)))
-            primary = _INPUT_COLUMNS.get(i, (i,))[0]
-            if i in _FALLBACKS:
-                if have is None:
-                    have = _available_columns(source) if source is not None else set()
-                if have is not None and primary not in have:
-                    cols.update(_FALLBACKS[i])
-    confidence = params.get("confidence")
-    if confidence == "mean_logprob":
-        cols.update(_INPUT_COLUMNS["n_tokens"])
-    elif confidence == "neg_entropy":
-        cols.update(_INPUT_COLUMNS["node_entropy"])
+    wanted = [(get_estimator(m), get_estimator(m).packing(params)) for m in methods]
+    have: set[str] | None = set()
+    if source is not None and any(INPUTS[i].fallbacks(packing) for est, packing in wanted
+                                  for i in (*est.inputs, *est.optional_inputs)):
+        have = _available_columns(source)  # derive an input only where its column is absent
+    for est, packing in wanted:
+        cols |= columns_for((*est.inputs, *est.optional_inputs), packing, have)
     return sorted(cols)
-
-
-_NEEDS = {"round_mask": "agreement", "node_mask": "seq_logprob",
-          "node_entropy": "topk_logprobs (or node_entropy)",
-          "agreement": "agreement (or answers)",
-          "token_entropy": "token_entropy (or topk_logprobs, or --observation-noise)"}
 
 
 def left_out_methods(batch: Batch) -> dict[str, str]:
     """Registered estimators whose inputs ``batch`` lacks: name -> why (``needs X``)."""
     out = {}
     for name, est in ESTIMATORS.items():
-        missing = [i for i in est.inputs if not batch.has(i)]
+        missing = _missing(est, batch)
         if missing:
-            cols = dict.fromkeys(_NEEDS.get(i, i) for i in missing)
+            cols = dict.fromkeys(INPUTS[i].needs_text(est.packing({})) for i in missing)
             out[name] = f"needs {', '.join(cols)}"
     return out
 
@@ -178,12 +154,13 @@ def _resolve_methods(methods: str | Sequence[str], batch: Batch) -> tuple[str, .
         return found
     for m in methods:
         est = get_estimator(m)
-        missing = [i for i in est.inputs if not batch.has(i)]
+        missing = _missing(est, batch)
         if missing:
+            missing = list(dict.fromkeys(INPUTS[i].needs_text(est.packing({})) for i in missing))
             raise ValueError(
                 f"{batch.source or 'corpus'}: {m} needs {', '.join(missing)}, which the corpus "
                 "lacks" + ("; pass --observation-noise R to run SAUCE on agreement alone"
-                           if "token_entropy" in missing else "")
+                           if any(x.startswith("token_entropy") for x in missing) else "")
             )
     return tuple(methods)
 
@@ -449,10 +426,10 @@ def _score_table(
     scores = {}
     for m in resolved:
         est = get_estimator(m)
-        own = {k: v for k, v in params.items() if k in est.params}
-        scores[m] = np.asarray(
-            est.run(batch, params=own, protocol=protocol, backend=backend), np.float64
-        )
+        own = {k: v for k, v in params.items() if k in est.param_names}
+        out = run_estimator(est, batch, params=own, protocol=protocol, backend=backend)
+        for column, values in out.items():
+            scores[column] = np.asarray(values, np.float64)
     return batch, resolved, scores
 
 
@@ -533,11 +510,19 @@ def _skip_bad_rows(
                             observation_noise=observation_noise, math=math,
                             processes=processes)
         resolved = _resolve_once(resolved, methods, batch, params, observation_noise, info)
-        inputs = {i for m in resolved for i in get_estimator(m).inputs}
+        inputs = set()
+        for m in resolved:
+            est = get_estimator(m)
+            inputs |= set(est.inputs)
+            if "node_confidence" in est.inputs:  # checked as the column it is read from
+                kind = est.packing(params).get("confidence")
+                inputs |= {"node_entropy"} if kind == "neg_entropy" else {"seq_logprob"}
+        preset = next((get_estimator(m) for m in resolved if get_estimator(m).presets), None)
         input_problems(
             table, problems, inputs=inputs, protocol=protocol,
-            params={p: params.get(p) for p in get_estimator("sauce").params},
-            presets=get_estimator("sauce").presets if "sauce" in resolved else None,
+            params={} if preset is None else {p.name: params.get(p.name)
+                                              for p in preset.kernel_params},
+            presets=None if preset is None else preset.presets,
             confidence=params.get("confidence"),
         )
     if problems.bad:

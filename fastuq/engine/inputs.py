@@ -1,0 +1,364 @@
+"""The packed inputs an estimator can read: for each, the corpus columns behind it, how it is
+built from a :class:`~fastuq.engine.batch.Batch` (and checked), and how a chunk of it is
+padded for the kernel.
+
+An estimator declares the names of what it reads (``Estimator.inputs``); the engine packs
+only those. Every builder raises :class:`~fastuq.engine.errors.RecordError` naming the
+trajectory, round, agent and field of the first bad value, so a kernel never sees one.
+
+==================  ==============  =====================================================
+input               shape           built from
+==================  ==============  =====================================================
+``agreement``       ``[T, N]``      ``agreement`` (else the votes of ``answers``), checked
+                                    finite and in [0, 1]; every trajectory has a round
+``round_mask``      ``[T, N]`` bool the executed rounds of ``agreement``
+``token_entropy``   ``[T, N]``      ``token_entropy`` (else ``topk_logprobs``, else the
+                                    observation noise), checked finite and >= 0, with the
+                                    rounds of ``agreement``
+``team_size``       ``[N]``         ``n_agents`` where it is the denominator of every
+                                    agreement (vote counts; optional)
+``seq_logprob``     ``[T, N, A]``   ``seq_logprob``, checked finite and <= 0
+``n_tokens``        ``[T, N, A]``   ``n_tokens``, checked >= 1 where seq_logprob is valid
+``node_entropy``    ``[T, N, A]``   ``node_entropy`` (else ``topk_logprobs``), checked
+                                    finite and >= 0
+``node_confidence`` ``[T, N, A]``   by the ``confidence`` parameter: ``seq_logprob``
+                                    (msp), ``seq_logprob / n_tokens`` (mean_logprob) or
+                                    ``-node_entropy`` (neg_entropy)
+``node_mask``       ``[T, N, A]``   the valid nodes of the estimator's node values (its
+                                    ``node_confidence``, ``seq_logprob`` or
+                                    ``node_entropy``)
+``edges``           ``[T, N, A]``   the ``predecessors`` graph as bit rows (optional: the
+                                    protocol default without it)
+==================  ==============  =====================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from fastuq.engine.batch import Batch
+from fastuq.engine.errors import RecordError
+
+__all__ = [
+    "INPUTS",
+    "PackedInput",
+    "columns_for",
+    "node_confidence",
+    "validate_rounds",
+    "vote_team_sizes",
+]
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a builder sees: the batch, the estimator's packing parameters and its inputs."""
+
+    batch: Batch
+    packing: Mapping[str, object]
+    inputs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PackedInput:
+    """One packed input.
+
+    axis, fill: its batch axis and the value that pads a chunk up to its bucket size.
+    columns: ``columns(packing)`` -> the corpus columns it is read from.
+    fallbacks: ``fallbacks(packing)`` -> the columns it is derived from when the first of
+      ``columns`` is absent.
+    available: ``available(batch, packing)`` -> whether the batch can build it.
+    build: ``build(context)`` -> the checked array (``None``: an optional input absent).
+    needs: what to name when it cannot be built (a string, or ``needs(packing)``).
+    """
+
+    name: str
+    axis: int
+    fill: object
+    columns: Callable[[Mapping[str, object]], tuple[str, ...]]
+    fallbacks: Callable[[Mapping[str, object]], tuple[str, ...]]
+    available: Callable[[Batch, Mapping[str, object]], bool]
+    build: Callable[[Context], np.ndarray | None]
+    needs: str | Callable[[Mapping[str, object]], str]
+
+    def needs_text(self, packing: Mapping[str, object]) -> str:
+        """The corpus columns to name when the input cannot be built."""
+        return self.needs(packing) if callable(self.needs) else self.needs
+
+
+# ------------------------------------------------------------------------------ checks
+
+
+def _name(ids: Sequence[str] | None, n: int) -> str:
+    return f"trajectory {ids[n]!r}" if ids is not None else f"trajectory {n}"
+
+
+def validate_rounds(
+    a: np.ndarray, h: np.ndarray | None, mask: np.ndarray, ids: Sequence[str] | None
+) -> None:
+    """Check per-round signals ``[T, N]`` at executed rounds: every trajectory has a round,
+    agreement is finite and in [0, 1], token entropy (unless ``h`` is None) finite and >= 0.
+
+    Raises:
+      RecordError: naming the first bad (trajectory, round, field), in trajectory order.
+    """
+    empty = ~mask.any(axis=0)
+    if empty.any():
+        n = int(np.argmax(empty))
+        raise RecordError(f"{_name(ids, n)}: no executed round (field agreement)", row=n)
+    with np.errstate(invalid="ignore"):
+        checks = (
+            ("agreement", ~np.isfinite(a), "is missing or not finite"),
+            ("agreement", (a < 0) | (a > 1), "is outside [0, 1]"),
+        )
+        if h is not None:
+            checks += (
+                ("token_entropy", ~np.isfinite(h), "is missing or not finite"),
+                ("token_entropy", h < 0, "is negative"),
+            )
+    first = None
+    for field_name, bad, what in checks:
+        bad = bad & mask
+        if bad.any():
+            t, n = np.unravel_index(int(np.argmax(bad.T)), bad.T.shape)[::-1]
+            key = (n, t)
+            if first is None or key < first[0]:
+                value = (a if field_name == "agreement" else h)[t, n]
+                first = (key, field_name, what, value)
+    if first is not None:
+        (n, t), field_name, what, value = first
+        raise RecordError(
+            f"{_name(ids, int(n))}, round {int(t)}: {field_name} = {value} {what}", row=int(n)
+        )
+
+
+def _same_rounds(batch: Batch, mask: np.ndarray, other: np.ndarray, field: str) -> None:
+    if mask.shape != other.shape or not np.array_equal(mask, other):
+        la, lb = mask.sum(axis=0), other.sum(axis=0)
+        n = int(np.argmax(la != lb)) if (la != lb).any() else 0
+        raise RecordError(
+            f"trajectory {batch.labels[n]}: agreement has {int(la[n])} rounds but {field} has "
+            f"{int(lb[n])} (field {field})", row=n
+        )
+
+
+def _first_bad(batch: Batch, bad: np.ndarray, field: str, what: str, values: np.ndarray):
+    """Raise naming the first bad node ``[T, N, A]`` in trajectory order."""
+    n, t, a = np.unravel_index(int(np.argmax(bad.transpose(1, 0, 2))),
+                               (bad.shape[1], bad.shape[0], bad.shape[2]))
+    raise RecordError(
+        f"trajectory {batch.labels[int(n)]}, round {int(t)}, agent {int(a)}: {field} = "
+        f"{values[t, n, a]} {what}", row=int(n)
+    )
+
+
+def _check_empty(batch: Batch, mask: np.ndarray, field: str) -> None:
+    empty = ~mask.reshape(mask.shape[0], mask.shape[1], -1).any(axis=(0, 2))
+    if empty.any():
+        n = int(np.argmax(empty))
+        raise RecordError(f"trajectory {batch.labels[n]}: no valid node (field {field})", row=n)
+
+
+def node_confidence(batch: Batch, kind: str = "msp") -> tuple[np.ndarray, np.ndarray]:
+    """Node confidence ``c <= 0`` ``[T, N, A]`` and ``node_mask [T, N, A]``.
+
+    ``msp``: sum of token log-probabilities (``seq_logprob``); ``mean_logprob``:
+    ``seq_logprob / n_tokens``; ``neg_entropy``: minus the node's mean token entropy (nats).
+    Raises ValueError naming trajectory, round, agent and field for a NaN, positive
+    log-probability, negative entropy or token count below 1 at a valid node.
+    """
+    from fastuq.engine.registry import CONFIDENCES
+
+    if kind not in CONFIDENCES:
+        raise ValueError(f"confidence must be one of {CONFIDENCES}, got {kind!r}")
+    if kind == "neg_entropy":
+        h, mask, _ = batch.nodes("node_entropy")
+        with np.errstate(invalid="ignore"):
+            bad = mask & ~(np.isfinite(h) & (h >= 0))
+        if bad.any():
+            _first_bad(batch, bad, "node_entropy", "is missing, negative or not finite", h)
+        return -h, mask
+    lp, mask, _ = batch.nodes("seq_logprob")
+    with np.errstate(invalid="ignore"):
+        bad = mask & ~(np.isfinite(lp) & (lp <= 0))
+    if bad.any():
+        _first_bad(batch, bad, "seq_logprob", "is not a finite log-probability <= 0", lp)
+    if kind == "msp":
+        return lp, mask
+    ntok, tok_mask, _ = batch.nodes("n_tokens")
+    bad = mask & ~(tok_mask & (ntok >= 1))
+    if bad.any():
+        _first_bad(batch, bad, "n_tokens", "is missing or below 1", ntok)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(mask, lp / np.where(mask, ntok, 1), 0), mask
+
+
+def vote_team_sizes(batch: Batch, agreement: np.ndarray,
+                    round_mask: np.ndarray) -> np.ndarray | None:
+    """``[N]`` the team whose votes each agreement counts (``n_agents``), else 0.
+
+    Unlike :meth:`Batch.team_sizes` (the UMAS graph's team, with a fallback to the widest
+    round), only ``n_agents`` itself is a denominator of agreement, and only where it fits.
+
+    The canonical agreement is a vote count over ``n_agents`` (DESIGN.md); where every
+    executed round's ``M_t n`` lies within float rounding of an integer, the round
+    statistics are computed from those integers so that equal true values give equal
+    floats. A corpus without ``n_agents`` (or a trajectory whose agreement is not such a
+    fraction) keeps ``M_t`` as given. ``None`` when no trajectory qualifies.
+    """
+    if not batch.has("n_agents"):
+        return None
+    n = batch.column("n_agents").to_numpy(zero_copy_only=False)
+    n = np.nan_to_num(np.asarray(n, np.float64), nan=0.0)
+    tol = 1e-9 if agreement.dtype == np.float64 else 1e-5
+    with np.errstate(invalid="ignore"):
+        scaled = np.asarray(agreement, np.float64) * n
+        off = np.abs(scaled - np.rint(scaled))
+    bad = (round_mask & ~(off <= tol * np.maximum(n, 1))).any(axis=0)
+    team = np.where((n > 0) & ~bad, n, 0.0)
+    return team if team.any() else None
+
+
+# ------------------------------------------------------------------------------ builders
+
+
+def _agreement(ctx: Context) -> np.ndarray:
+    a, mask = ctx.batch.rounds("agreement")
+    validate_rounds(a, None, mask, ctx.batch.labels)
+    return a
+
+
+def _token_entropy(ctx: Context) -> np.ndarray:
+    a, mask = ctx.batch.rounds("agreement")
+    h, mask_h = ctx.batch.rounds("token_entropy")
+    _same_rounds(ctx.batch, mask, mask_h, "token_entropy")
+    validate_rounds(a, h, mask, ctx.batch.labels)
+    return h
+
+
+def _team_size(ctx: Context) -> np.ndarray | None:
+    a, mask = ctx.batch.rounds("agreement")
+    team = vote_team_sizes(ctx.batch, a, mask)
+    return None if team is None else team.astype(ctx.batch.dtype)
+
+
+def _node_source(ctx_packing: Mapping[str, object], inputs: tuple[str, ...]) -> str:
+    """The node column whose valid nodes are the estimator's ``node_mask``."""
+    if "node_confidence" in inputs:
+        return "node_entropy" if ctx_packing.get("confidence") == "neg_entropy" else \
+            "seq_logprob"
+    return "node_entropy" if "node_entropy" in inputs and "seq_logprob" not in inputs else \
+        "seq_logprob"
+
+
+def _seq_logprob(ctx: Context) -> np.ndarray:
+    lp, mask = node_confidence(ctx.batch, "msp")  # checks
+    _check_empty(ctx.batch, mask, "seq_logprob")
+    return lp
+
+
+def _n_tokens(ctx: Context) -> np.ndarray:
+    node_confidence(ctx.batch, "mean_logprob")  # checks n_tokens where seq_logprob is valid
+    return ctx.batch.nodes("n_tokens")[0]
+
+
+def _node_entropy(ctx: Context) -> np.ndarray:
+    neg_h, mask = node_confidence(ctx.batch, "neg_entropy")  # checks
+    _check_empty(ctx.batch, mask, "node_entropy")
+    return -neg_h
+
+
+def _node_confidence(ctx: Context) -> np.ndarray:
+    conf, mask = node_confidence(ctx.batch, str(ctx.packing.get("confidence") or "msp"))
+    _check_empty(ctx.batch, mask, "seq_logprob")
+    return conf
+
+
+def _node_mask(ctx: Context) -> np.ndarray:
+    return ctx.batch.nodes(_node_source(ctx.packing, ctx.inputs))[1]
+
+
+def _edges(ctx: Context) -> np.ndarray | None:
+    return ctx.batch.edges(_node_source(ctx.packing, ctx.inputs))
+
+
+def _cols(*names: str) -> Callable[[Mapping[str, object]], tuple[str, ...]]:
+    return lambda packing: names
+
+
+def _confidence_columns(packing: Mapping[str, object]) -> tuple[str, ...]:
+    kind = packing.get("confidence") or "msp"
+    if kind == "neg_entropy":
+        return ("node_entropy", "n_agents")
+    if kind == "mean_logprob":
+        return ("seq_logprob", "n_tokens", "n_agents")
+    return ("seq_logprob", "n_agents")
+
+
+def _confidence_fallbacks(packing: Mapping[str, object]) -> tuple[str, ...]:
+    return ("topk_logprobs", "n_agents") if packing.get("confidence") == "neg_entropy" else ()
+
+
+def _confidence_needs(packing: Mapping[str, object]) -> str:
+    kind = packing.get("confidence") or "msp"
+    return {"neg_entropy": "topk_logprobs (or node_entropy)",
+            "mean_logprob": "seq_logprob, n_tokens"}.get(str(kind), "seq_logprob")
+
+
+def _has(column: str) -> Callable[[Batch, Mapping[str, object]], bool]:
+    return lambda batch, packing: batch.has(column)
+
+
+def _confidence_available(batch: Batch, packing: Mapping[str, object]) -> bool:
+    kind = packing.get("confidence") or "msp"
+    if kind == "neg_entropy":
+        return batch.has("node_entropy")
+    return batch.has("seq_logprob") and (kind == "msp" or batch.has("n_tokens"))
+
+
+INPUTS: Mapping[str, PackedInput] = {
+    item.name: item for item in (
+        PackedInput("agreement", 1, 0.0, _cols("agreement", "n_agents"),
+                    _cols("answers", "n_agents"), _has("agreement"), _agreement,
+                    "agreement (or answers)"),
+        PackedInput("round_mask", 1, False, _cols("agreement"), _cols("answers"),
+                    _has("agreement"), lambda ctx: ctx.batch.rounds("agreement")[1],
+                    "agreement"),
+        PackedInput("token_entropy", 1, 0.0, _cols("token_entropy"), _cols("topk_logprobs"),
+                    _has("token_entropy"), _token_entropy,
+                    "token_entropy (or topk_logprobs, or --observation-noise)"),
+        PackedInput("team_size", 0, 0.0, _cols("n_agents"), _cols(),
+                    lambda batch, packing: True, _team_size, "n_agents"),
+        PackedInput("seq_logprob", 1, 0.0, _cols("seq_logprob", "n_agents", "predecessors"),
+                    _cols(), _has("seq_logprob"), _seq_logprob, "seq_logprob"),
+        PackedInput("n_tokens", 1, 0.0, _cols("n_tokens", "n_agents"), _cols(),
+                    _has("n_tokens"), _n_tokens, "n_tokens"),
+        PackedInput("node_entropy", 1, 0.0, _cols("node_entropy", "n_agents"),
+                    _cols("topk_logprobs", "n_agents"), _has("node_entropy"), _node_entropy,
+                    "topk_logprobs (or node_entropy)"),
+        PackedInput("node_confidence", 1, 0.0, _confidence_columns, _confidence_fallbacks,
+                    _confidence_available, _node_confidence, _confidence_needs),
+        PackedInput("node_mask", 1, False, _cols("n_agents"), _cols(),
+                    lambda batch, packing: True, _node_mask, "seq_logprob"),
+        PackedInput("edges", 1, 0, _cols("predecessors"), _cols(),
+                    lambda batch, packing: True, _edges, "predecessors"),
+    )
+}
+"""Every packed input by name (see the module docstring)."""
+
+
+def columns_for(inputs: Sequence[str], packing: Mapping[str, object],
+                have: set[str] | None) -> set[str]:
+    """Corpus columns to read for ``inputs``: each input's own columns, and its fallbacks
+    where ``have`` (the columns the corpus has; ``None``: unknown) lacks the first."""
+    cols: set[str] = set()
+    for name in inputs:
+        item = INPUTS[name]
+        own = item.columns(packing)
+        cols.update(own)
+        back = item.fallbacks(packing)
+        if back and (have is None or (own and own[0] not in have)):
+            cols.update(back)
+    return cols

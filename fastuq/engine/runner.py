@@ -1,0 +1,109 @@
+"""The generic runner: any registered estimator on a packed chunk, through its kernel.
+
+:func:`run_estimator` packs (and checks) the inputs the entry declares, resolves its
+parameters per trajectory (protocol presets, overrides), and calls the JAX kernel over
+bucketed, device-sharded chunks (:func:`fastuq.engine.runtime.run_bucketed`) or the NumPy
+twin. :func:`call_kernel` is the same call on arrays already packed (for
+:func:`fastuq.sauce_batch`, sweeps and fits).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from fastuq.engine.batch import Batch
+from fastuq.engine.inputs import INPUTS, Context
+from fastuq.engine.registry import Estimator, get_estimator
+from fastuq.engine.runtime import run_bucketed
+
+__all__ = ["call_kernel", "outputs_of", "run_estimator"]
+
+#: Padding of a per-trajectory parameter array in a chunk's unused slots (inside every
+#: built-in estimator's bounds; padded slots have no valid round or node anyway).
+PARAM_FILL = 1.0
+
+
+def outputs_of(est: Estimator, result) -> dict[str, np.ndarray]:
+    """A kernel's result as ``{output column: [N]}``."""
+    if isinstance(result, Mapping):
+        missing = [o for o in est.outputs if o not in result]
+        if missing:
+            raise ValueError(f"estimator {est.name!r}: its kernel returned no {missing}")
+        return {o: result[o] for o in est.outputs}
+    if len(est.outputs) != 1:
+        raise ValueError(f"estimator {est.name!r} declares outputs {est.outputs}; its kernel "
+                         "must return a dict of them")
+    return {est.outputs[0]: result}
+
+
+def _apply(*arrays, estimator: str, n_inputs: int, optional: tuple[str, ...],
+           params: tuple[str, ...]):
+    """The registered JAX kernel of ``estimator`` on flat positional arrays (a stable
+    function of static names, so compiled per-device wrappers are cached)."""
+    est = get_estimator(estimator)
+    inputs = arrays[:n_inputs]
+    rest = arrays[n_inputs:]
+    kw = dict(zip(optional, rest[:len(optional)], strict=True))
+    kw.update(zip(params, rest[len(optional):], strict=True))
+    return outputs_of(est, est.kernel_fn("jax")(*inputs, **kw))
+
+
+def call_kernel(
+    est: Estimator,
+    inputs: Sequence[np.ndarray],
+    optional: Mapping[str, np.ndarray | None],
+    params: Mapping[str, np.ndarray],
+    *,
+    n: int,
+    dtype: np.dtype,
+    backend: str,
+    chunk_size: int = 1 << 20,
+) -> dict[str, np.ndarray]:
+    """``est``'s kernel on packed arrays: ``{output: [N]}``.
+
+    Args:
+      inputs: the arrays of ``est.inputs``, in order (batch axis as in
+        :data:`~fastuq.engine.inputs.INPUTS`).
+      optional: arrays of ``est.optional_inputs`` (``None``: absent, not passed).
+      params: kernel parameters, each a 0-d array or ``[N]``.
+      n, dtype: trajectories and the float dtype; backend: ``"jax"`` or ``"numpy"``.
+      chunk_size: the largest chunk handed to the JAX kernel (a power of two).
+    """
+    present = {k: v for k, v in optional.items() if v is not None}
+    if backend == "numpy":
+        return outputs_of(est, est.kernel_fn("numpy")(*inputs, **present, **params))
+    est.kernel_fn(backend)  # checks the backend; import errors before the bucketed loop
+    batched = [(x, INPUTS[name].axis, INPUTS[name].fill)
+               for name, x in zip(est.inputs, inputs, strict=True)]
+    batched += [(x, INPUTS[name].axis, INPUTS[name].fill) for name, x in present.items()]
+    batched += [(np.asarray(v), 0, PARAM_FILL) for v in params.values()]
+    return run_bucketed(_apply, batched, n, dtype, chunk_size, estimator=est.name,
+                        n_inputs=len(est.inputs), optional=tuple(present),
+                        params=tuple(params))
+
+
+def run_estimator(
+    est: Estimator, batch: Batch, *, params: Mapping[str, object], protocol: str | None,
+    backend: str,
+) -> dict[str, np.ndarray]:
+    """Score ``batch`` with ``est``: ``{output column: [N] uncertainty}``.
+
+    Args:
+      params: parameter overrides by name (``None``: not given); each estimator takes the
+        ones it declares.
+      protocol: the preset for every trajectory (default: each record's ``protocol``; read
+        only when a parameter comes from a preset).
+    """
+    packing = est.packing(params)
+    ctx = Context(batch, packing, est.inputs)
+    inputs = [INPUTS[name].build(ctx) for name in est.inputs]
+    optional = {name: INPUTS[name].build(ctx) for name in est.optional_inputs}
+    overrides = {p.name: params.get(p.name) for p in est.kernel_params}
+    protos = None
+    if est.presets and any(v is None or isinstance(v, Mapping) for v in overrides.values()):
+        protos = batch.protocol(protocol)
+    values = est.param_values(batch.n, protos, overrides, batch.dtype, batch.labels)
+    return call_kernel(est, inputs, optional, values, n=batch.n, dtype=batch.dtype,
+                       backend=backend)
