@@ -7,7 +7,9 @@ Importing fastuq does not import JAX; the first kernel call does. Submodules suc
 
 import importlib
 
-from fastuq.engine.registry import ESTIMATORS, Estimator, get_estimator
+from fastuq.engine.registry import ESTIMATORS, Estimator, Param, get_estimator
+from fastuq.engine.registry import register as register_estimator
+from fastuq.engine.registry import unregister as unregister_estimator
 from fastuq.engine.runtime import use_cpu_devices
 from fastuq.engine.sauce import (
     PRESETS,
@@ -32,16 +34,19 @@ __all__ = [
     "ESTIMATORS",
     "Estimator",
     "PRESETS",
+    "Param",
     "available_methods",
     "compute_token_entropy",
     "get_estimator",
     "lambda_kalman_forward",
     "majority_margin",
+    "register_estimator",
     "sauce",
     "sauce_batch",
     "sauce_score",
     "score",
     "score_file",
+    "unregister_estimator",
     "use_cpu_devices",
     "sweep",
     "fit_sauce",

@@ -1,0 +1,223 @@
+"""The estimator registry: every entry's kernel, twin and per-trajectory reference agree on
+drawn ragged inputs; a user's estimator registered from outside the package runs through
+``fastuq score``, ``fastuq eval`` and the Python API with no other change."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fastuq
+from fastuq.cli import main
+from fastuq.engine.inputs import INPUTS
+from fastuq.engine.registry import ESTIMATORS, Estimator, Param
+from fastuq.engine.runner import call_kernel
+from fastuq.kernels.umas import pack_edges
+
+BUILTIN = tuple(ESTIMATORS)
+
+
+def _draw_inputs(rng: np.random.Generator, t: int, n: int, a: int, team: int,
+                 ties: bool) -> dict[str, np.ndarray]:
+    """Every packed input for ``n`` ragged trajectories (1..t rounds, 1..a agents), with
+    edge values: zero entropy, agreement 0 and 1, equal entropies (ties)."""
+    rounds = rng.integers(1, t + 1, n)
+    round_mask = np.arange(t)[:, None] < rounds[None, :]
+    agreement = rng.integers(0, team + 1, (t, n)) / team
+    entropy = rng.exponential(0.5, (t, n)) * (rng.random((t, n)) > 0.25)
+    if ties:
+        entropy[:] = 0.3
+    agents = rng.integers(1, a + 1, n)
+    node_mask = (np.arange(a)[None, None, :] < agents[None, :, None]) & round_mask[:, :, None]
+    node_mask &= rng.random(node_mask.shape) < 0.85
+    node_mask[0, :, 0] = True  # every trajectory has a valid node
+    seq_logprob = -rng.exponential(2.0, (t, n, a)) * (rng.random((t, n, a)) > 0.1)
+    n_tokens = rng.integers(1, 20, (t, n, a)).astype(float)
+    node_entropy = rng.exponential(0.7, (t, n, a))
+    edges = pack_edges(rng.random((t, n, a, a)) < 0.6).astype(np.uint32)
+    for x in (agreement, entropy):
+        x[~round_mask] = np.nan  # padding may hold anything
+    for x in (seq_logprob, n_tokens, node_entropy):
+        x[~node_mask] = np.nan
+    n_tokens[~node_mask] = 1.0
+    return {
+        "agreement": agreement, "round_mask": round_mask, "token_entropy": entropy,
+        "team_size": np.where(rng.random(n) < 0.7, float(team), 0.0),
+        "seq_logprob": seq_logprob, "n_tokens": n_tokens, "node_entropy": node_entropy,
+        "node_confidence": seq_logprob, "node_mask": node_mask, "edges": edges,
+    }
+
+
+def _draw_params(rng: np.random.Generator, est: Estimator, n: int) -> dict[str, np.ndarray]:
+    """Per-trajectory values inside each parameter's bounds (edges included: lam = 1,
+    q = 0)."""
+    out = {}
+    for p in est.kernel_params:
+        lo = -1.0 if p.low is None else p.low
+        hi = lo + 10.0 if p.high is None else p.high
+        v = rng.uniform(lo, hi, n)
+        v[rng.random(n) < 0.2] = hi if p.high is not None else v[0]
+        if p.low is not None and not p.low_open:
+            v[rng.random(n) < 0.2] = p.low
+        if p.low_open:
+            v = np.maximum(v, p.low + 1e-6)
+        out[p.name] = v
+    return out
+
+
+def _slice(name: str, x: np.ndarray, k: int):
+    return x[k] if INPUTS[name].axis == 0 else x[:, k]
+
+
+def _reference(est: Estimator, arrays: dict, params: dict, n: int) -> np.ndarray:
+    ref = est.reference_fn()
+    out = []
+    for k in range(n):
+        args = [_slice(i, arrays[i], k) for i in est.inputs]
+        kw = {i: _slice(i, arrays[i], k) for i in est.optional_inputs}
+        kw.update({p: float(v[k]) for p, v in params.items()})
+        out.append(ref(*args, **kw))
+    return np.asarray(out, np.float64)
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), t=st.integers(1, 6), n=st.integers(1, 5),
+       a=st.integers(1, 5), team=st.integers(1, 7), ties=st.booleans())
+def test_every_estimator_kernel_twin_and_reference_agree(seed, t, n, a, team, ties):
+    rng = np.random.default_rng(seed)
+    arrays = _draw_inputs(rng, t, n, a, team, ties)
+    for name in BUILTIN:
+        est = ESTIMATORS[name]
+        params = _draw_params(rng, est, n)
+        want = _reference(est, arrays, params, n)
+        for dtype, rtol in ((np.float64, 1e-11), (np.float32, 1e-4)):
+            def cast(x, dtype=dtype):
+                return x.astype(dtype) if x.dtype.kind == "f" else x
+
+            inputs = [cast(arrays[i]) for i in est.inputs]
+            optional = {i: cast(arrays[i]) for i in est.optional_inputs}
+            values = {p: v.astype(dtype) for p, v in params.items()}
+            with jax.enable_x64(dtype == np.float64):
+                got = call_kernel(est, inputs, optional, values, n=n, dtype=np.dtype(dtype),
+                                  backend="jax")[name]
+            twin = call_kernel(est, inputs, optional, values, n=n, dtype=np.dtype(dtype),
+                               backend="numpy")[name]
+            scale = np.maximum(1.0, np.abs(want))
+            for label, out in (("kernel", got), ("twin", twin)):
+                assert out.dtype == dtype, (name, label)
+                np.testing.assert_allclose(out / scale, want / scale, rtol=0, atol=rtol,
+                                           err_msg=f"{name} {label} {np.dtype(dtype)}")
+
+
+def test_registry_declares_each_entry_completely():
+    for name, est in ESTIMATORS.items():
+        assert est.name == name and est.outputs
+        for i in (*est.inputs, *est.optional_inputs):
+            assert i in INPUTS, (name, i)
+        for backend in ("jax", "numpy"):
+            assert callable(est.kernel_fn(backend))
+        assert callable(est.reference_fn())
+        for protocol, preset in est.presets.items():
+            for p in est.kernel_params:
+                assert p.inside(np.asarray(preset[p.name])), (name, protocol, p.name)
+
+
+# ------------------------------------------------------------------- a user's estimator
+
+
+def _toy_kernel(agreement, round_mask, *, margin):
+    return -jnp.min(jnp.where(round_mask, agreement, jnp.inf), axis=0) + margin
+
+
+def _toy_twin(agreement, round_mask, *, margin):
+    return -np.min(np.where(round_mask, agreement, np.inf), axis=0) + margin
+
+
+def _toy_reference(agreement, round_mask, *, margin):
+    values = [float(x) for x, m in zip(agreement, round_mask, strict=True) if m]
+    return -min(values) + margin if values else math.nan
+
+
+TOY = Estimator(
+    name="toy_min_agreement", inputs=("agreement", "round_mask"),
+    params=(Param("margin", default=0.0, low=0.0, doc="added to every score"),),
+    kernel=_toy_kernel, twin=_toy_twin, reference=_toy_reference,
+    description="minus the lowest agreement of any executed round",
+)
+
+
+@pytest.fixture
+def toy():
+    fastuq.register_estimator(TOY)
+    try:
+        yield TOY
+    finally:
+        fastuq.unregister_estimator(TOY.name)
+
+
+def _toy_corpus(path, n=60):
+    rng = np.random.default_rng(3)
+    agreements = [list(rng.integers(0, 4, rng.integers(1, 4)) / 3) for _ in range(n)]
+    rows = [
+        {"trajectory_id": f"t{k}", "protocol": "debate", "n_agents": 3,
+         "correct": bool(rng.random() < 0.3 + 0.5 * min(a)),
+         "agreement": a, "token_entropy": [0.2] * len(a)}
+        for k, a in enumerate(agreements)
+    ]
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    want = np.array([-min(r["agreement"]) for r in rows])
+    return want, np.array([r["correct"] for r in rows])
+
+
+def test_a_registered_estimator_runs_through_score_eval_and_the_api(toy, tmp_path, capsys):
+    corpus = tmp_path / "c.parquet"
+    want, labels = _toy_corpus(corpus)
+    out = tmp_path / "s.parquet"
+    # fastuq score, by name and under --method all
+    assert main(["score", str(corpus), "-o", str(out), "--method", "toy_min_agreement"]) == 0
+    np.testing.assert_array_equal(pq.read_table(out)["toy_min_agreement"].to_numpy(), want)
+    assert main(["score", str(corpus), "-o", str(out), "--method", "all"]) == 0
+    assert "toy_min_agreement" in pq.read_schema(out).names
+    # fastuq eval: its AUROC is scikit-learn's on the same scores
+    from sklearn.metrics import roc_auc_score
+
+    capsys.readouterr()
+    assert main(["eval", str(corpus), "--method", "toy_min_agreement"]) == 0
+    text = capsys.readouterr().out
+    auroc = roc_auc_score(~labels, want)
+    row = next(x for x in text.splitlines() if x.startswith("toy_min_agreement"))
+    assert row.split()[1] == f"{100 * auroc:.2f}"  # percent
+    # the Python API, with its parameter, on both backends
+    for backend in ("jax", "numpy"):
+        got = fastuq.score(corpus, "toy_min_agreement", margin=0.5, backend=backend)
+        np.testing.assert_array_equal(got["toy_min_agreement"].to_numpy(), want + 0.5)
+    with pytest.raises(ValueError, match="margin must be >= 0"):
+        fastuq.score(corpus, "toy_min_agreement", margin=-1.0)
+    with pytest.raises(ValueError, match="would be ignored"):
+        fastuq.score(corpus, "sauce", margin=0.5)
+
+
+def test_register_refuses_what_would_break_the_engine(toy):
+    with pytest.raises(ValueError, match="already registered"):
+        fastuq.register_estimator(TOY)
+    with pytest.raises(ValueError, match="unknown packed input"):
+        fastuq.register_estimator(Estimator(
+            name="bad", inputs=("agreements",), kernel=_toy_kernel, twin=_toy_twin,
+            reference=_toy_reference))
+    with pytest.raises(ValueError, match="output column"):
+        fastuq.register_estimator(Estimator(
+            name="other", inputs=("agreement", "round_mask"), outputs=("sauce",),
+            kernel=_toy_kernel, twin=_toy_twin, reference=_toy_reference))
+    with pytest.raises(ValueError, match="differs"):
+        fastuq.register_estimator(Estimator(
+            name="other", inputs=("agreement", "round_mask"), params=(Param("lam"),),
+            kernel=_toy_kernel, twin=_toy_twin, reference=_toy_reference))
+    assert "bad" not in fastuq.ESTIMATORS and "other" not in fastuq.ESTIMATORS
