@@ -49,6 +49,17 @@ __all__ = [
 ]
 
 
+def finite(value: object, name: str) -> float:
+    """``value`` as a float; ValueError naming ``name`` unless it is a finite number."""
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a finite number, got {value!r}") from exc
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return number
+
+
 @dataclass(frozen=True)
 class Param:
     """One estimator parameter.
@@ -103,12 +114,7 @@ class Param:
             if value not in self.choices:
                 raise ValueError(f"{self.name} must be one of {self.choices}, got {value!r}")
             return value  # type: ignore[return-value]
-        try:
-            number = float(value)  # type: ignore[arg-type]
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"{self.name} must be a finite number, got {value!r}") from exc
-        if not math.isfinite(number):
-            raise ValueError(f"{self.name} must be a finite number, got {value!r}")
+        number = finite(value, self.name)
         if not self.inside(np.asarray(number)):
             raise ValueError(f"{self.name} must be {self.describe()}, got {number}")
         return number

@@ -7,7 +7,6 @@ Batched (JAX kernel or its NumPy twin, float32 or float64): :func:`sauce_batch`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,6 +15,7 @@ import numpy as np
 from fastuq.engine.errors import RecordError
 from fastuq.engine.inputs import validate_rounds
 from fastuq.engine.registry import SAUCE_PRESETS, get_estimator
+from fastuq.engine.registry import finite as _finite
 from fastuq.engine.runtime import run_bucketed
 from fastuq.io.pack import pack_ragged
 from fastuq.kernels.constants import ENTROPY_FLOOR, GAIN_EPS, VARIANCE_FLOOR
@@ -35,16 +35,6 @@ __all__ = [
 PRESETS = SAUCE_PRESETS
 
 ArrayLike = Any
-
-
-def _finite(value: object, name: str) -> float:
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name} must be a finite number, got {value!r}") from exc
-    if not math.isfinite(number):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    return number
 
 
 def lambda_kalman_forward(
