@@ -663,7 +663,7 @@ def _where(file: str, line: int, func: str) -> str:
 
 #: fastuq functions whose calls and cumulative time the profiles record.
 WATCH = ("(infer_json_schema)", "(answer_classes)", "(_agreement_from_answers)",
-         "(agreement_from_answers)", "(first_repeat)", "(add)", "(_params_arrays)",
+         "(agreement_from_answers)", "(repeats)", "(add)", "(param_values)",
          "(protocol)", "(iter_json_batches)", "(validate)", "(conform)")
 
 
@@ -683,14 +683,16 @@ def worker_hotspots(spec: dict[str, Any]) -> dict[str, Any]:
         return bc.median(bc.time_calls(fn, reps, warmup=1))
 
     # What the scorer runs now: the protocol tally is `pc.value_counts` (score_file) and
-    # `_params_arrays` takes the Arrow column `Batch.protocol()` returns (dictionary
-    # encoding inside). The NumPy object-array versions they replaced are no longer timed.
+    # the registry's `Estimator.param_values` takes the Arrow column `Batch.protocol()`
+    # returns (dictionary encoding inside). The NumPy object-array versions they replaced
+    # are no longer timed.
     out["protocol_pc_value_counts_s"] = timed(lambda: [pc.value_counts(c) for c in cols])
     try:
-        from fastuq.engine.sauce import _params_arrays
+        from fastuq.engine.registry import get_estimator
 
+        est = get_estimator("sauce")
         out["sauce_params_arrays_arrow_s"] = timed(
-            lambda: [_params_arrays(len(c), c, {}, np.float64) for c in cols])
+            lambda: [est.param_values(len(c), c, {}, np.float64) for c in cols])
     except Exception as exc:  # noqa: BLE001 - private API moved: report, carry on
         out["sauce_params_arrays_error"] = repr(exc)
     try:
@@ -698,9 +700,12 @@ def worker_hotspots(spec: dict[str, Any]) -> dict[str, Any]:
 
         def seen_ids(parts) -> None:
             seen = _SeenIds()
+            row = 0
             for p in parts:
-                seen.first_repeat(p)
-                seen.add(p)
+                seen.repeats(p)
+                seen.add(p, row, "ids", row)
+                row += len(p)
+            seen.close()
 
         def seen_ids_sorted_queries(parts) -> None:
             """The same index, the chunk's hashes sorted once and searched in order (a
@@ -1114,12 +1119,13 @@ def hotspot_rows(data: dict[str, Any]) -> list[list[str]]:
     # Only pieces of the code that runs today (results of older runs that timed the NumPy
     # object-array protocol handling it replaced are not shown).
     specs = [
-        ("protocol tally `pc.value_counts(column)`", "`_score.py` `score_file`",
+        ("protocol tally `pc.value_counts(column)`", "`engine/scoring.py` `score_file`",
          "protocol_pc_value_counts_s", "", None),
-        ("`_params_arrays`: per-trajectory presets from the Arrow protocol column",
-         "`_sauce.py` `sauce_batch`", "sauce_params_arrays_arrow_s", "", None),
-        ("duplicate-id index `_SeenIds` (polars hash, sorted chunk hashes + `searchsorted`, "
-         "merge)", "`_score.py`", "seen_ids_s", "the same written inline",
+        ("`Estimator.param_values`: per-trajectory presets from the Arrow protocol column",
+         "`engine/registry.py` (every run)", "sauce_params_arrays_arrow_s", "", None),
+        ("duplicate-id index `_SeenIds` (polars hash, sorted runs, Bloom prefilter, "
+         "log-structured merge)", "`engine/scoring.py`", "seen_ids_s",
+         "one sorted array re-sorted every chunk",
          "seen_ids_sorted_queries_s"),
     ]
     for what, where, key, alt, alt_key in specs:
