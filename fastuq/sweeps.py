@@ -817,11 +817,11 @@ def check_protocol_params(params, where: str = "") -> dict[str, dict[str, float]
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise ValueError(f"{where}params[{proto!r}][{k!r}] must be a finite number, "
                                  f"got {v!r}")
+            spec = next(p for p in SAUCE_PARAMS if p.name == k)
+            if not spec.inside(np.asarray(float(v))):
+                raise ValueError(f"{where}params[{proto!r}][{k!r}] out of range: must be "
+                                 f"{spec.describe()}, got {v!r}")
             one[k] = float(v)
-        if not 0 <= one.get("lam", 0.5) <= 1 or one.get("q", 0.0) < 0 or \
-                one.get("sigma2_0", 1.0) <= 0:
-            raise ValueError(f"{where}params[{proto!r}] out of range (lam in [0, 1], q >= 0, "
-                             f"sigma2_0 > 0): {one}")
         out[str(proto)] = one
     return out
 
