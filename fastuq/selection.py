@@ -10,12 +10,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fastuq.io.arrow_lists import combined
+
 __all__ = ["best_of_k", "select_best"]
 
 
 def _codes(question_id) -> np.ndarray:
     if isinstance(question_id, pa.ChunkedArray):
-        question_id = question_id.combine_chunks()
+        question_id = combined(question_id)
     if not isinstance(question_id, pa.Array):
         question_id = pa.array(np.asarray(question_id).astype(str))
     if question_id.null_count:

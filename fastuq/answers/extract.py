@@ -137,6 +137,24 @@ def _braced(text: str, start: int) -> str | None:
     return None
 
 
+def _last_match(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
+    """The last match of ``pattern`` in ``text``, or None."""
+    return next(reversed(list(pattern.finditer(text))), None)
+
+
+def _line_after_last(pattern: re.Pattern[str], text: str) -> str | None:
+    """The rest of the line after the last match of ``pattern`` in ``text`` (None: no
+    match)."""
+    m = _last_match(pattern, text)
+    return None if m is None else text[m.end():].split("\n", 1)[0]
+
+
+def _sentence(line: str) -> str:
+    """``line`` up to the end of its first sentence (a ``.`` before white space or the end)."""
+    end = _SENTENCE_END.search(line)
+    return line[: end.start()] if end else line
+
+
 def _last_boxed(text: str) -> str | None:
     for m in reversed(list(_BOX.finditer(text))):
         i = m.end()
@@ -165,15 +183,14 @@ def _math_span(s: str) -> str | None:
 
 
 def _answer_is(text: str) -> str | None:
-    m = next(reversed(list(_ANSWER_IS.finditer(text))), None)
-    if m is None:
+    line = _line_after_last(_ANSWER_IS, text)
+    if line is None:
         return None
-    line = text[m.end() :].split("\n", 1)[0].strip()
+    line = line.strip()
     choice = _LEADING_CHOICE.match(line)
     if choice:
         return choice.group(1)
-    end = _SENTENCE_END.search(line)
-    sentence = line[: end.start()] if end else line
+    sentence = _sentence(line)
     if _is_prose(sentence):
         candidate = _from_prose(sentence) if _first_value(sentence) else sentence
     else:
@@ -208,7 +225,7 @@ def _first_value(s: str) -> tuple[int, str] | None:
 
 def _from_prose(s: str) -> str | None:
     """The answer inside a prose answer (see rule 2 of the module docstring)."""
-    verb = next(reversed(list(_VERB.finditer(s))), None)
+    verb = _last_match(_VERB, s)
     if verb is not None:
         found = _first_value(s[verb.end() :])
         if found and found[1]:
@@ -220,14 +237,14 @@ def _from_prose(s: str) -> str | None:
 
 
 def _final_choice(text: str) -> str | None:
-    last = next(reversed(list(_CHOICE.finditer(text))), None)
+    last = _last_match(_CHOICE, text)
     if last is None or _DIGIT.search(text, last.end()):
         return None
     return last.group(1)
 
 
 def _last_number(text: str) -> str | None:
-    last = next(reversed(list(_NUMBER.finditer(text))), None)
+    last = _last_match(_NUMBER, text)
     if last is None:
         return None
     return re.sub(r"\s", "", last.group()).replace(",", "")
@@ -272,12 +289,8 @@ def _choice_boxed(text: str) -> str | None:
 
 
 def _choice_answer_is(text: str) -> str | None:
-    m = next(reversed(list(_ANSWER_PHRASE.finditer(text))), None)
-    if m is None:
-        return None
-    line = text[m.end():].split("\n", 1)[0]
-    end = _SENTENCE_END.search(line)
-    return _first_choice(line[: end.start()] if end else line)
+    line = _line_after_last(_ANSWER_PHRASE, text)
+    return None if line is None else _first_choice(_sentence(line))
 
 
 def _choice_last_line(text: str) -> str | None:
@@ -290,7 +303,7 @@ def _choice_last_line(text: str) -> str | None:
 
 def _choice_marker(text: str) -> str | None:
     s = _CHOICE_WRAPPERS.sub("", text).replace("$", "").replace("{", "").replace("}", "")
-    last = next(reversed(list(_CHOICE_MARKER.finditer(s))), None)
+    last = _last_match(_CHOICE_MARKER, s)
     if last is None:
         return None
     return next(g for g in last.groups() if g)

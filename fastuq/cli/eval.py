@@ -12,14 +12,15 @@ import json
 import sys
 from pathlib import Path
 
-_SCORING_ONLY = ("protocol", "observation_noise", "dtype", "backend", "lam", "q", "sigma2_0",
-                 "mu_0", "params")
+from fastuq.cli import options as cs
+
+_SCORING_ONLY = ("protocol", "observation_noise", "dtype", "backend", *cs.SAUCE_NAMES, "params")
 
 
 def add_parser(sub) -> None:
     """Register ``eval`` on the subparsers ``sub``."""
-    ev = sub.add_parser(
-        "eval",
+    ev = cs.subcommand(
+        sub, "eval",
         help="evaluate uncertainty scores against the corpus labels (AUROC, AUARC, ...)",
         description=(
             "Score CORPUS (or read scores from --scores and join them to CORPUS by "
@@ -28,6 +29,9 @@ def add_parser(sub) -> None:
             "folds, seed 0), ECE (15 bins), accuracy and n. The table is in percent by "
             "default. Exit status: 0 ok, 1 --expect mismatch, 2 error."
         ),
+        epilog="with --scores from a 'score --on-error skip' run, --skipped PATH names that "
+               "run's skipped list (default: SCORES.skipped.jsonl when it exists): corpus "
+               "trajectories listed there are left out and counted",
     )
     ev.add_argument("corpus", nargs="?",
                     help="labelled corpus (Parquet, JSONL or JSONL.gz); omit for the bundled "
@@ -56,23 +60,13 @@ def add_parser(sub) -> None:
     ev.add_argument("--expect", metavar="EXPECTED",
                     help="JSON of expected metrics, compared at the precision each number is "
                          "written with; prints PASS or each mismatch (exit 1)")
-    ev.add_argument("--protocol", help="preset for every record when scoring")
-    ev.add_argument("--dtype", choices=("float64", "float32"),
-                    help="kernel precision when scoring (default float64)")
-    ev.add_argument("--backend", choices=("jax", "numpy"),
-                    help="kernel backend when scoring (default jax)")
-    for name, text in (("lam", "forgetting factor"), ("q", "process noise"),
-                       ("sigma2_0", "prior variance"), ("mu_0", "prior mean")):
-        ev.add_argument(f"--{name.replace('_', '-')}", dest=name, type=float,
-                        help=f"SAUCE {text} when scoring (overrides the preset)")
+    cs.add_protocol(ev, " when scoring")
+    cs.add_dtype(ev, None, "kernel precision when scoring (default float64)")
+    cs.add_backend(ev, None, "kernel backend when scoring (default jax)")
+    cs.add_sauce_params(ev, " when scoring")
     ev.add_argument("--chunk-rows", type=int, default=1 << 18,
                     help="records per chunk when reading (default 262144)")
-    from fastuq.cli.options import add_options
-
-    add_options(ev, params=True)
-    ev.epilog = ("with --scores from a 'score --on-error skip' run, --skipped PATH names that "
-                 "run's skipped list (default: SCORES.skipped.jsonl when it exists): corpus "
-                 "trajectories listed there are left out and counted")
+    cs.add_options(ev, params=True)
 
 
 def _split(text: str | None) -> list[str] | None:
@@ -118,11 +112,9 @@ def _evaluate(args, source: Path, methods, metrics, info: dict):
     """(labels, scores mapping or frame, methods used, protocol per row); ``info`` gets
     ``skipped`` (count) and ``skipped_list`` (path) when records were left out."""
     from fastuq import evaluation as ev
-    from fastuq.cli import options as cs
 
     if args.scores:
-        given = [f"--{k.replace('_', '-')}" for k in _SCORING_ONLY
-                 if getattr(args, k) is not None]
+        given = [cs.flag(k) for k in _SCORING_ONLY if getattr(args, k) is not None]
         if args.on_error != "raise":
             given.append("--on-error")
         if given:
@@ -130,8 +122,7 @@ def _evaluate(args, source: Path, methods, metrics, info: dict):
                              "(give a skip run's list with --skipped)")
         labels = ev.read_labels(source, chunk_rows=args.chunk_rows)
         scores = ev.read_scores(args.scores, methods)
-        listing = Path(args.skipped) if args.skipped else Path(
-            str(args.scores) + ".skipped.jsonl")
+        listing = cs.skipped_path(args, source, args.scores)  # the score run's list
         if args.skipped or listing.exists():
             kept = ev.drop_skipped(labels, scores, ev.read_skipped(listing))
             info["skipped"] = labels.height - kept.height
@@ -150,29 +141,15 @@ def _evaluate(args, source: Path, methods, metrics, info: dict):
     backend = args.backend or "jax"
     if backend == "jax":
         use_cpu_devices(None, strict=False)
-    params = {k: getattr(args, k) for k in ("lam", "q", "sigma2_0", "mu_0")
-              if getattr(args, k) is not None}
-    per_protocol = cs.load_params(args)
-    if per_protocol is not None:
-        if params:
-            raise ValueError("--params and --lam/--q/--sigma2-0/--mu-0 exclude each other")
-        from fastuq.fit import per_parameter
-
-        params = per_parameter(per_protocol)
-    bar = cs.Progress(args.progress)
-    try:
-        table, skipped = cs.score_corpus(
-            source, methods or ["sauce"], protocol=args.protocol,
-            dtype=args.dtype or "float64", backend=backend, chunk_rows=args.chunk_rows,
-            observation_noise=args.observation_noise, on_error=args.on_error, params=params,
-            progress=bar, check=args.check,
-        )
-    finally:
-        bar.close()
-    if args.on_error == "skip":
-        path = cs.write_skipped(skipped, cs.skipped_path(args, source))
+    params, per_protocol = cs.sauce_overrides(args)
+    table, skipped, listing = cs.score_from_args(
+        args, source, methods or ["sauce"], protocol=args.protocol,
+        dtype=args.dtype or "float64", backend=backend, chunk_rows=args.chunk_rows,
+        params=params,
+    )
+    if listing is not None:
         info["skipped"] = len(skipped)
-        info["skipped_list"] = str(path)
+        info["skipped_list"] = str(listing)
     if per_protocol is not None:
         protos = ([args.protocol] if args.protocol else
                   table["protocol"].unique().to_pylist() if "protocol" in table.column_names
@@ -227,8 +204,7 @@ def run(args: argparse.Namespace) -> int:
                                                      metrics=metrics)
         plots = ev.write_plots(labels, scores, args.plots) if args.plots else []
     except (ValueError, FileNotFoundError, ImportError) as exc:
-        print(f"fastuq eval: error: {exc}", file=sys.stderr)
-        return 2
+        return cs.fail("fastuq eval", exc)
     if "skipped" in info:
         print(f"fastuq eval: skipped {info['skipped']:,} record(s) "
               f"listed in {info['skipped_list']}; "

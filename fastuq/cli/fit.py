@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
+
+from fastuq.cli import options as cs
 
 
 def add_parser(sub) -> None:
     """Register ``fit`` on the subparsers ``sub``."""
-    sp = sub.add_parser(
-        "fit",
+    sp = cs.subcommand(
+        sub, "fit",
         help="fit SAUCE's parameters to a labelled corpus (per protocol)",
         description=(
             "Fit SAUCE's lam, q, sigma2_0 and mu_0 to the correctness labels of CORPUS by "
@@ -20,9 +21,7 @@ def add_parser(sub) -> None:
         ),
         epilog="example: fastuq fit corpus.parquet --folds 5 -o params.json",
     )
-    sp.add_argument("input", nargs="?", metavar="CORPUS",
-                    help="labelled corpus (Parquet, JSONL, JSONL.gz)")
-    sp.add_argument("--sample", action="store_true", help="fit the bundled sample corpus")
+    cs.add_corpus(sp, "fit")
     sp.add_argument("-o", "--output", help="write the fitted parameters as JSON")
     sp.add_argument("--objective", choices=("platt_logloss", "soft_auroc"),
                     default="platt_logloss", help="training objective (default platt_logloss)")
@@ -33,11 +32,9 @@ def add_parser(sub) -> None:
     sp.add_argument("--holdout", type=float, default=0.2,
                     help="held-out fraction without --folds (default 0.2; 0: none)")
     sp.add_argument("--seed", type=int, default=0)
-    sp.add_argument("--protocol", help="preset for every record (default: each record's field)")
-    sp.add_argument("--dtype", choices=("float32", "float64"), default="float32")
-    from fastuq.cli.options import add_options
-
-    add_options(sp)
+    cs.add_protocol(sp)
+    cs.add_dtype(sp, "float32")
+    cs.add_options(sp)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,17 +42,13 @@ def run(args: argparse.Namespace) -> int:
     import time
     import warnings
 
-    from fastuq.cli import options as cs
-    from fastuq.cli import sample_corpus_path
     from fastuq.fit import fit_sauce
-
-    prog = "fastuq fit"
-    if args.sample == (args.input is not None):
-        print(f"{prog}: give a CORPUS or --sample (one of them)", file=sys.stderr)
-        return 2
-    source = sample_corpus_path() if args.sample else Path(args.input)
     from fastuq.io.writers import cli_check_outputs
 
+    prog = "fastuq fit"
+    source = cs.corpus_source(prog, args)
+    if source is None:
+        return 2
     rc = cli_check_outputs(prog, [source, getattr(args, "params", None)],
                            [("-o", args.output, "json")])
     if rc is not None:
@@ -66,18 +59,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         cs.check_skip_args(args)
         data, skipped_to = cs.load_data(prog, args, source, skipped)
-        bar = cs.Progress(args.progress, unit="fits")
-        with warnings.catch_warnings(record=True) as caught:
+        with (warnings.catch_warnings(record=True) as caught,
+              cs.Progress(args.progress, unit="fits") as bar):
             warnings.simplefilter("always", RuntimeWarning)
-            try:
-                result = fit_sauce(data, objective=args.objective, steps=args.steps,
-                                   lr=args.lr, folds=args.folds, holdout=args.holdout,
-                                   seed=args.seed, dtype=args.dtype, progress=bar)
-            finally:
-                bar.close()
+            result = fit_sauce(data, objective=args.objective, steps=args.steps, lr=args.lr,
+                               folds=args.folds, holdout=args.holdout, seed=args.seed,
+                               dtype=args.dtype, progress=bar)
     except (ValueError, FileNotFoundError) as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 1
+        return cs.fail(prog, exc, 1)
     for w in caught:
         print(f"{prog}: warning: {w.message}", file=sys.stderr)
     if skipped_to is not None:

@@ -6,15 +6,18 @@ import argparse
 import sys
 import time
 from collections import Counter
+from contextlib import closing
 from pathlib import Path
+
+from fastuq.cli import options as cs
 
 FORMATS = ("dylan", "du")
 
 
 def add_parser(sub) -> None:
     """Register ``import`` on the subparsers ``sub``."""
-    p = sub.add_parser(
-        "import",
+    p = cs.subcommand(
+        sub, "import",
         help="import raw debate logs (DyLAN, Du et al.) into a canonical corpus file",
         description=(
             "Read raw multi-agent debate logs of FORMAT (dylan: DyLAN's MATH logs; du: Du et "
@@ -30,9 +33,7 @@ def add_parser(sub) -> None:
     p.add_argument("--math", action="store_true",
                    help="also count answers equivalent by math-verify (pip install "
                         "'fastuq[math]'); slower: some 40 ms per distinct pair")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress bar on stderr, per input file (default: when stderr is a "
-                        "terminal)")
+    cs.add_progress(p, ", per input file")
     p.add_argument("--processes", type=int, default=1, metavar="N",
                    help="worker processes, one input file at a time each (default 1)")
     p.add_argument("--no-recover", dest="recover", action="store_false",
@@ -118,22 +119,18 @@ def run(args: argparse.Namespace) -> int:
     try:
         expand_paths(args.src)
     except (ValueError, FileNotFoundError) as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 1
+        return cs.fail(prog, exc, 1)
     if args.math:
         import logging
 
         logging.getLogger("math_verify").setLevel(logging.ERROR)  # per-pair timeout notices
     start = time.perf_counter()
-    bar = ProgressBar(args.progress, unit="files")
     try:
-        table = _import_with_progress(args, bar)
-        bar.close()
+        with closing(ProgressBar(args.progress, unit="files")) as bar:
+            table = _import_with_progress(args, bar)
         atomic_write_parquet(table, Path(args.output))
     except (ValueError, FileNotFoundError, ImportError, OSError) as exc:
-        bar.close()
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 1
+        return cs.fail(prog, exc, 1)
     print(summarize(table, time.perf_counter() - start))
     print(f"wrote {args.output}")
     return 0

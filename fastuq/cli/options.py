@@ -1,6 +1,18 @@
-"""What ``eval``, ``select``, ``fit`` and ``sweep`` share with ``score``: ``--on-error skip``
-(through :func:`fastuq.engine.scoring.iter_scores`'s skip machinery), ``--observation-noise``,
-``--params`` (per-protocol SAUCE parameters from ``fastuq fit -o``) and a progress bar."""
+"""What the ``fastuq`` subcommands share, one definition each.
+
+Parser side: :func:`subcommand` registers a subcommand; the ``add_*`` functions add the
+options several subcommands take (``--protocol``, the SAUCE parameters, ``--dtype``,
+``--backend``, ``--observation-noise``, ``--params``, ``--on-error`` and ``--skipped``,
+``--check``, ``--progress``), and :func:`add_options` the scoring set of ``eval``,
+``select``, ``fit`` and ``sweep``: ``--on-error skip`` (through
+:func:`fastuq.engine.scoring.iter_scores`'s skip machinery), ``--observation-noise``,
+``--params`` (per-protocol SAUCE parameters from ``fastuq fit -o``) and a progress bar.
+
+Run side: :func:`fail` (``PROG: error: ...`` and the exit status), :func:`corpus_source`,
+:func:`sauce_overrides`, :class:`Progress`, the skipped-list helpers and the loaders
+(:func:`score_from_args`, :func:`load_data`).
+
+Importing this module does not import JAX (``fastuq --help`` imports it)."""
 
 from __future__ import annotations
 
@@ -10,40 +22,178 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from fastuq.engine.scoring import ProgressBar, Skipped
 
+if TYPE_CHECKING:
+    import pyarrow as pa
 
-def add_options(p, *, noise: bool = True, params: bool = False) -> None:
-    """Add ``--on-error``, ``--skipped``, ``--progress`` (and ``--observation-noise``,
-    ``--params``) to the subparser ``p``."""
-    if noise:
-        p.add_argument("--observation-noise", type=float, metavar="R",
-                       help="constant measurement noise R_t for corpora without token entropy "
-                            "(SAUCE on agreement alone); without it missing entropy is an error")
-    if params:
-        p.add_argument("--params", metavar="PARAMS.json",
-                       help="per-protocol SAUCE parameters written by 'fastuq fit -o'; a "
-                            "protocol the file does not name keeps its preset (printed)")
+#: SAUCE's parameters and what each is, for the options that set them.
+SAUCE_PARAMS: tuple[tuple[str, str], ...] = (
+    ("lam", "forgetting factor in [0, 1]"),
+    ("q", "process noise >= 0"),
+    ("sigma2_0", "prior variance > 0"),
+    ("mu_0", "prior mean"),
+)
+SAUCE_NAMES: tuple[str, ...] = tuple(name for name, _ in SAUCE_PARAMS)
+
+
+def flag(name: str) -> str:
+    """The option of parameter ``name``: ``sigma2_0`` -> ``--sigma2-0``."""
+    return f"--{name.replace('_', '-')}"
+
+
+# --- parser side -------------------------------------------------------------------------------
+
+
+def subcommand(sub: argparse._SubParsersAction, name: str, *, help: str, description: str,
+               epilog: str | None = None) -> argparse.ArgumentParser:
+    """Register subcommand ``name`` on the subparsers ``sub`` (``help``: its line in
+    ``fastuq --help``; ``description`` and ``epilog``: above and below its options in
+    ``fastuq NAME --help``); returns its parser."""
+    return sub.add_parser(name, help=help, description=description, epilog=epilog)
+
+
+def add_corpus(p: argparse.ArgumentParser, verb: str) -> None:
+    """Add the optional ``CORPUS`` and ``--sample`` (``VERB the bundled sample corpus``),
+    exactly one of which :func:`corpus_source` takes."""
+    p.add_argument("input", nargs="?", metavar="CORPUS",
+                   help="labelled corpus (Parquet, JSONL, JSONL.gz)")
+    p.add_argument("--sample", action="store_true", help=f"{verb} the bundled sample corpus")
+
+
+def add_protocol(p: argparse.ArgumentParser, when: str = "") -> None:
+    """Add ``--protocol`` (``when``: e.g. ``" when scoring"``)."""
+    p.add_argument("--protocol",
+                   help=f"preset for every record{when} (default: each record's field)")
+
+
+def add_sauce_params(p: argparse.ArgumentParser, when: str = "") -> None:
+    """Add ``--lam``, ``--q``, ``--sigma2-0``, ``--mu-0`` (floats overriding the presets; read
+    back with :func:`sauce_overrides`)."""
+    for name, text in SAUCE_PARAMS:
+        p.add_argument(flag(name), dest=name, type=float,
+                       help=f"SAUCE {text}{when} (overrides the preset)")
+
+
+def _default_first(choices: Sequence[str], default: str | None) -> tuple[str, ...]:
+    return tuple(sorted(choices, key=lambda c: c != default))
+
+
+def add_dtype(p: argparse.ArgumentParser, default: str | None,
+              help: str | None = None) -> None:
+    """Add ``--dtype {float64,float32}`` (the default listed first)."""
+    p.add_argument("--dtype", choices=_default_first(("float64", "float32"), default),
+                   default=default, help=help)
+
+
+def add_backend(p: argparse.ArgumentParser, default: str | None,
+                help: str | None = None) -> None:
+    """Add ``--backend {jax,numpy}`` (the default listed first)."""
+    p.add_argument("--backend", choices=_default_first(("jax", "numpy"), default),
+                   default=default, help=help)
+
+
+def add_noise(p: argparse.ArgumentParser) -> None:
+    """Add ``--observation-noise R``."""
+    p.add_argument("--observation-noise", type=float, metavar="R",
+                   help="constant measurement noise R_t for corpora without token entropy "
+                        "(SAUCE on agreement alone); without it missing entropy is an error")
+
+
+def add_params(p: argparse.ArgumentParser) -> None:
+    """Add ``--params PARAMS.json`` (read with :func:`load_params`)."""
+    p.add_argument("--params", metavar="PARAMS.json",
+                   help="per-protocol SAUCE parameters written by 'fastuq fit -o'; a "
+                        "protocol the file does not name keeps its preset (printed)")
+
+
+#: Where the skipped list goes without ``--skipped`` (:func:`skipped_path`), as its help says.
+SKIPPED_DEFAULT = ("OUT.skipped.jsonl beside -o OUT, else CORPUS_NAME.skipped.jsonl in the "
+                   "current folder")
+
+
+def add_skip(p: argparse.ArgumentParser, default: str = SKIPPED_DEFAULT) -> None:
+    """Add ``--on-error {raise,skip}`` and ``--skipped PATH`` (``default``: where the list
+    goes without it)."""
     p.add_argument("--on-error", choices=("raise", "skip"), default="raise",
                    help="a bad record stops the run (raise, default) or is skipped, counted "
                         "and listed with its reason (skip; see --skipped)")
     p.add_argument("--skipped", metavar="PATH",
-                   help="where --on-error skip lists the skipped records (default: OUT."
-                        "skipped.jsonl beside -o OUT, else CORPUS_NAME.skipped.jsonl in the "
-                        "current folder)")
-    add_check(p)
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress bar on stderr (default: when stderr is a terminal)")
+                   help=f"where --on-error skip lists the skipped records (JSON Lines; "
+                        f"default: {default})")
 
 
-def add_check(p) -> None:
+def add_check(p: argparse.ArgumentParser) -> None:
     """Add ``--check {corpus,used}`` (which columns every record is checked against)."""
     p.add_argument("--check", choices=("corpus", "used"), default="corpus",
                    help="check every record against every column the corpus has (corpus, "
                         "default; the per-token columns and texts only when a method uses "
                         "them) or only against the columns the methods read (used: faster "
                         "when the corpus has node columns the methods do not use)")
+
+
+def add_progress(p: argparse.ArgumentParser, what: str = "") -> None:
+    """Add ``--progress/--no-progress`` (``what``: e.g. ``", per input file"``)."""
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help=f"progress bar on stderr{what} (default: when stderr is a terminal)")
+
+
+def add_options(p: argparse.ArgumentParser, *, noise: bool = True,
+                params: bool = False) -> None:
+    """Add ``--observation-noise`` (with ``noise``), ``--params`` (with ``params``),
+    ``--on-error``, ``--skipped``, ``--check`` and ``--progress`` to the subparser ``p``."""
+    if noise:
+        add_noise(p)
+    if params:
+        add_params(p)
+    add_skip(p)
+    add_check(p)
+    add_progress(p)
+
+
+# --- run side ----------------------------------------------------------------------------------
+
+
+def fail(prog: str, problem: object, status: int = 2) -> int:
+    """Print ``PROG: error: PROBLEM`` on stderr; return the exit status ``status``."""
+    print(f"{prog}: error: {problem}", file=sys.stderr)
+    return status
+
+
+def corpus_source(prog: str, args: argparse.Namespace) -> Path | None:
+    """The corpus of :func:`add_corpus`'s options: ``CORPUS``, or the bundled sample with
+    ``--sample``; None (said on stderr) unless exactly one of them is given."""
+    if args.sample == (args.input is not None):
+        print(f"{prog}: give a CORPUS or --sample (one of them)", file=sys.stderr)
+        return None
+    if args.sample:
+        from fastuq.cli import sample_corpus_path
+
+        return sample_corpus_path()
+    return Path(args.input)
+
+
+def sauce_overrides(args: argparse.Namespace
+                    ) -> tuple[dict[str, Any], dict[str, dict[str, float]] | None]:
+    """``(SAUCE parameters, per-protocol --params or None)`` of :func:`add_sauce_params`'s
+    and :func:`add_params`'s options: ``{name: value}`` of the ``--lam``... given, or, with
+    ``--params``, ``{name: {protocol: value}}`` of the file (:func:`fastuq.fit.per_parameter`).
+
+    Raises:
+      ValueError, FileNotFoundError: a bad ``--params`` file, or ``--params`` with ``--lam``...
+    """
+    params = {k: getattr(args, k) for k in SAUCE_NAMES if getattr(args, k) is not None}
+    per_protocol = load_params(args)
+    if per_protocol is not None:
+        if params:
+            raise ValueError(f"--params and {'/'.join(map(flag, SAUCE_NAMES))} exclude each "
+                             "other")
+        from fastuq.fit import per_parameter
+
+        params = per_parameter(per_protocol)
+    return params, per_protocol
 
 
 class Progress(ProgressBar):
@@ -67,16 +217,32 @@ class Progress(ProgressBar):
             super().close()
             self.drawn = False
 
+    def __enter__(self) -> Progress:
+        return self
 
-def skipped_path(args, source: Path, output: str | None = None) -> Path:
-    """Where the skipped list goes: ``--skipped``, else ``OUT.skipped.jsonl`` beside the
-    command's output, else ``CORPUS_NAME.skipped.jsonl`` in the current folder."""
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def skipped_path(args: argparse.Namespace, source: Path, output: str | None = None) -> Path:
+    """Where the skipped list goes: ``--skipped``, else ``OUT.skipped.jsonl`` beside
+    ``output`` (the command's output; for ``eval --scores``, the scores of the run that
+    skipped), else ``CORPUS_NAME.skipped.jsonl`` in the current folder."""
     if args.skipped:
         return Path(args.skipped)
     if output:
         out = Path(output)
         return out.with_name(out.name + ".skipped.jsonl")
     return Path(source.name + ".skipped.jsonl")
+
+
+def save_skipped(args: argparse.Namespace, skipped: Sequence[Skipped], source: Path,
+                 output: str | None = None) -> Path | None:
+    """With ``--on-error skip``, write ``skipped`` where :func:`skipped_path` says and return
+    that path; else None."""
+    if args.on_error != "skip":
+        return None
+    return write_skipped(skipped, skipped_path(args, source, output))
 
 
 def write_skipped(skipped: Sequence[Skipped], path: str | os.PathLike) -> Path:
@@ -92,43 +258,54 @@ def write_skipped(skipped: Sequence[Skipped], path: str | os.PathLike) -> Path:
     return path
 
 
-def report_skipped(prog: str, skipped: Sequence[Skipped], path: Path | None) -> None:
-    """Print how many records were skipped and where the list went (stderr)."""
+def report_skipped(prog: str | None, skipped: Sequence[Skipped],
+                   path: str | os.PathLike | None) -> None:
+    """Print how many records were skipped and where the list went, and the first reasons
+    (stderr; ``prog`` None: no ``PROG:`` in front, as ``fastuq score`` prints it)."""
     if path is None:
         return
-    print(f"{prog}: skipped {len(skipped):,} bad record(s), listed in {path}", file=sys.stderr)
+    head = "" if prog is None else f"{prog}: "
+    print(f"{head}skipped {len(skipped):,} bad record(s), listed in {path}", file=sys.stderr)
     for k in skipped[:5]:
         print(f"  {k.reason}", file=sys.stderr)
 
 
-def load_data(prog: str, args, source: Path, skipped: list):
+def load_data(prog: str, args: argparse.Namespace, source: Path, skipped: list[Skipped]):
     """``load_sauce_data`` for ``fit`` and ``sweep`` with their progress, skip and
     observation-noise options; with ``--on-error skip`` the skipped records are written and
     reported. Returns ``(data, path of the skipped list or None)``."""
     from fastuq.sweeps import load_sauce_data
 
-    bar = Progress(args.progress)
-    try:
+    with Progress(args.progress) as bar:
         data = load_sauce_data(source, protocol=args.protocol, dtype=args.dtype,
                                observation_noise=args.observation_noise,
                                on_error=args.on_error, skipped=skipped, progress=bar,
                                check=args.check)
-    finally:
-        bar.close()
-    skipped_to = None
-    if args.on_error == "skip":
-        skipped_to = write_skipped(skipped, skipped_path(args, source, args.output))
-        report_skipped(prog, skipped, skipped_to)
+    skipped_to = save_skipped(args, skipped, source, args.output)
+    report_skipped(prog, skipped, skipped_to)
     return data, skipped_to
 
 
-def check_skip_args(args) -> None:
+def score_from_args(args: argparse.Namespace, source: Path, methods: str | Sequence[str],
+                    **kwargs: Any) -> tuple[pa.Table, list[Skipped], Path | None]:
+    """:func:`score_corpus` for ``eval`` and ``select`` with their progress, skip, check and
+    observation-noise options (``kwargs``: more of its arguments); with ``--on-error skip``
+    the skipped records are written (not reported). Returns ``(table, skipped records, path
+    of the skipped list or None)``."""
+    with Progress(args.progress) as bar:
+        table, skipped = score_corpus(source, methods, observation_noise=args.observation_noise,
+                                      on_error=args.on_error, progress=bar, check=args.check,
+                                      **kwargs)
+    return table, skipped, save_skipped(args, skipped, source)
+
+
+def check_skip_args(args: argparse.Namespace) -> None:
     """``--skipped`` only means something with ``--on-error skip``."""
     if args.skipped and args.on_error != "skip":
         raise ValueError("--skipped names the list of skipped records; it needs --on-error skip")
 
 
-def load_params(args) -> dict[str, dict[str, float]] | None:
+def load_params(args: argparse.Namespace) -> dict[str, dict[str, float]] | None:
     """``--params`` read and checked (:func:`fastuq.fit.load_params`), or None."""
     if not getattr(args, "params", None):
         return None

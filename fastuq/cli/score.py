@@ -6,15 +6,17 @@ import argparse
 import os
 import sys
 import tempfile
+from contextlib import closing
 from pathlib import Path
 
 from fastuq.cli import fraction, positive_int
+from fastuq.cli import options as cs
 
 
 def add_parser(sub) -> None:
     """Register ``score`` on the subparsers ``sub``."""
-    sc = sub.add_parser(
-        "score",
+    sc = cs.subcommand(
+        sub, "score",
         help="score a corpus file (or the bundled sample) and write one row per trajectory",
         description=(
             "Score every trajectory of INPUT (Parquet, JSONL or JSONL.gz) and write "
@@ -29,21 +31,10 @@ def add_parser(sub) -> None:
     sc.add_argument("--method", default="sauce",
                     help="estimators, comma-separated, or 'all' for every estimator whose "
                          "inputs the corpus has (default: sauce)")
-    sc.add_argument("--protocol", help="preset for every record (default: each record's field)")
-    for name, text in (
-        ("lam", "forgetting factor in [0, 1]"),
-        ("q", "process noise >= 0"),
-        ("sigma2_0", "prior variance > 0"),
-        ("mu_0", "prior mean"),
-    ):
-        sc.add_argument(f"--{name.replace('_', '-')}", dest=name, type=float,
-                        help=f"SAUCE {text} (overrides the preset)")
-    sc.add_argument("--params", metavar="PARAMS.json",
-                    help="per-protocol SAUCE parameters written by 'fastuq fit -o' (a protocol "
-                         "the file does not name keeps its preset)")
-    sc.add_argument("--observation-noise", type=float, metavar="R",
-                    help="constant measurement noise R_t for corpora without token entropy "
-                         "(SAUCE on agreement alone); without it missing entropy is an error")
+    cs.add_protocol(sc)
+    cs.add_sauce_params(sc)
+    cs.add_params(sc)
+    cs.add_noise(sc)
     sc.add_argument("--confidence", choices=("msp", "mean_logprob", "neg_entropy"),
                     help="UMAS node confidence (default msp: sum of token log-probabilities)")
     sc.add_argument("--math", action="store_true",
@@ -52,27 +43,19 @@ def add_parser(sub) -> None:
                          "'fastuq[math]')")
     sc.add_argument("--processes", type=positive_int, metavar="N",
                     help="worker processes for the --math checks")
-    sc.add_argument("--on-error", choices=("raise", "skip"), default="raise",
-                    help="a bad record stops the run (raise, default) or is skipped, counted "
-                         "and listed with its reason in OUT.skipped.jsonl (skip)")
-    sc.add_argument("--skipped", metavar="PATH",
-                    help="where --on-error skip lists the skipped records (JSON Lines)")
+    cs.add_skip(sc, default="OUT.skipped.jsonl beside -o OUT")
     sc.add_argument("--max-skip-fraction", type=fraction, metavar="F",
                     help="with --on-error skip: fail (exit 1, no scores written, the skip list "
                          "kept) when more than this fraction of the records is skipped; a run "
                          "that skips every record always fails")
-    sc.add_argument("--dtype", choices=("float64", "float32"), default="float64",
-                    help="kernel precision (default float64; output is float64)")
-    sc.add_argument("--backend", choices=("jax", "numpy"), default="jax")
+    cs.add_dtype(sc, "float64", "kernel precision (default float64; output is float64)")
+    cs.add_backend(sc, "jax")
     sc.add_argument("--chunk-rows", type=positive_int, default=1 << 18,
                     help="records per chunk (bounds memory; default 262144)")
     sc.add_argument("--cpu-devices", type=positive_int, default=os.cpu_count() or 1,
                     help="XLA host devices to split the CPU into (default: one per core)")
-    from fastuq.cli.options import add_check
-
-    add_check(sc)
-    sc.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                    help="progress bar on stderr (default: when stderr is a terminal)")
+    cs.add_check(sc)
+    cs.add_progress(sc)
 
 
 def _summary(report, stream) -> None:
@@ -143,8 +126,7 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             problem = f"--method: {exc}"
     if problem is not None:
-        print(f"{prog}: error: {problem}", file=sys.stderr)
-        return 2
+        return cs.fail(prog, problem)
     skipped = args.skipped
     if args.on_error == "skip" and args.output and not skipped:
         skipped = args.output + ".skipped.jsonl"
@@ -154,49 +136,31 @@ def run(args: argparse.Namespace) -> int:
         return rc
     if args.backend == "jax":
         use_cpu_devices(args.cpu_devices, strict=False)
-    methods = args.method
-    sauce = {k: getattr(args, k) for k in ("lam", "q", "sigma2_0", "mu_0")}
-    if args.params:
-        from fastuq.cli.options import load_params
-        from fastuq.fit import per_parameter
-
-        try:
-            per_protocol = load_params(args)
-            if any(v is not None for v in sauce.values()):
-                raise ValueError("--params and --lam/--q/--sigma2-0/--mu-0 exclude each other")
-        except (ValueError, FileNotFoundError) as exc:
-            print(f"fastuq score: error: {exc}", file=sys.stderr)
-            return 2
-        sauce = {**sauce, **per_parameter(per_protocol)}
-    bar = ProgressBar(args.progress)
+    try:
+        sauce, per_protocol = cs.sauce_overrides(args)
+    except (ValueError, FileNotFoundError) as exc:
+        return cs.fail(prog, exc)
     with tempfile.TemporaryDirectory() as tmp:
         output = Path(args.output) if args.output else Path(tmp) / "sample_scores.parquet"
         try:
-            report = score_file(
-                source, output, methods=methods, protocol=args.protocol, **sauce,
-                dtype=args.dtype,
-                backend=args.backend, chunk_rows=args.chunk_rows, progress=bar,
-                observation_noise=args.observation_noise, confidence=args.confidence,
-                on_error=args.on_error, skipped_path=args.skipped, math=args.math,
-                processes=args.processes, max_skip_fraction=args.max_skip_fraction,
-                keep_scores=sample, check=args.check,
-            )
+            with closing(ProgressBar(args.progress)) as bar:
+                report = score_file(
+                    source, output, methods=args.method, protocol=args.protocol, **sauce,
+                    dtype=args.dtype, backend=args.backend, chunk_rows=args.chunk_rows,
+                    progress=bar, observation_noise=args.observation_noise,
+                    confidence=args.confidence, on_error=args.on_error,
+                    skipped_path=args.skipped, math=args.math, processes=args.processes,
+                    max_skip_fraction=args.max_skip_fraction, keep_scores=sample,
+                    check=args.check,
+                )
         except OutputError as exc:
-            bar.close()
-            print(f"{prog}: error: {exc}", file=sys.stderr)
-            return 2
+            return cs.fail(prog, exc, 2)
         except (ValueError, OSError, TypeError) as exc:
-            bar.close()
-            print(f"{prog}: error: {exc}", file=sys.stderr)
-            return 1
-        bar.close()
+            return cs.fail(prog, exc, 1)
         if report.left_out:
             print(f"--method all: left out {len(report.left_out)} estimator(s): " + "; ".join(
                 f"{k} ({v})" for k, v in report.left_out.items()), file=sys.stderr)
-        if args.params:
-            from fastuq.cli.options import report_params
-
-            report_params("fastuq score", per_protocol, report.protocols, args.params)
+        cs.report_params(prog, per_protocol, report.protocols, args.params)
         if sample:
             if not args.output:
                 report.output = "(not kept; pass -o to keep the scores)"
@@ -204,9 +168,5 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f"scored {report.n_rows:,} trajectories in {report.seconds:.2f} s -> "
                   f"{report.output}", file=sys.stderr)
-        if report.skipped_path is not None:
-            print(f"skipped {len(report.skipped):,} bad record(s), listed in "
-                  f"{report.skipped_path}", file=sys.stderr)
-            for k in report.skipped[:5]:
-                print(f"  {k.reason}", file=sys.stderr)
+        cs.report_skipped(None, report.skipped, report.skipped_path)
     return 0

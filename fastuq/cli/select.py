@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
+
+from fastuq.cli import options as cs
 
 
 def add_parser(sub) -> None:
     """Register ``select`` on the subparsers ``sub``."""
-    p = sub.add_parser(
-        "select",
+    p = cs.subcommand(
+        sub, "select",
         help="best-of-K: keep the most certain trajectory per question, report accuracy",
         description=(
             "For corpora with several trajectories per question_id, keep the trajectory with "
@@ -22,36 +23,25 @@ def add_parser(sub) -> None:
     )
     p.add_argument("input", help="labelled corpus (needs question_id and correct)")
     p.add_argument("--method", default="all", help="estimators, comma-separated, or all")
-    p.add_argument("--protocol", help="preset for every record (default: each record's field)")
+    cs.add_protocol(p)
     p.add_argument("--json", metavar="OUT", help="also write the numbers as JSON")
-    from fastuq.cli.options import add_options
-
-    add_options(p)
+    cs.add_options(p)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``fastuq select``; returns the exit status."""
-    from fastuq.cli import options as cs
     from fastuq.io.writers import cli_check_outputs
     from fastuq.selection import best_of_k
 
+    prog = "fastuq select"
     source = Path(args.input)
-    rc = cli_check_outputs("fastuq select", [source], [("--json", args.json, "json")])
+    rc = cli_check_outputs(prog, [source], [("--json", args.json, "json")])
     if rc is not None:
         return rc
-    skipped_to = None
-    bar = cs.Progress(args.progress)
     try:
         cs.check_skip_args(args)
-        try:
-            table, skipped = cs.score_corpus(source, args.method, protocol=args.protocol,
-                                             observation_noise=args.observation_noise,
-                                             on_error=args.on_error, progress=bar,
-                                             check=args.check)
-        finally:
-            bar.close()
-        if args.on_error == "skip":
-            skipped_to = cs.write_skipped(skipped, cs.skipped_path(args, source))
+        table, skipped, skipped_to = cs.score_from_args(args, source, args.method,
+                                                        protocol=args.protocol)
         for need in ("question_id", "correct"):
             if need not in table.column_names:
                 raise ValueError(f"{args.input}: the corpus has no {need} column")
@@ -64,10 +54,8 @@ def run(args: argparse.Namespace) -> int:
             result["skipped"] = len(skipped)
             result["skipped_list"] = str(skipped_to)
     except (ValueError, FileNotFoundError) as exc:
-        print(f"fastuq select: error: {exc}", file=sys.stderr)
-        return 1
-    if skipped_to is not None:
-        cs.report_skipped("fastuq select", skipped, skipped_to)
+        return cs.fail(prog, exc, 1)
+    cs.report_skipped(prog, skipped, skipped_to)
     print(f"{result['n_questions']:,} questions, {result['n_trajectories']:,} trajectories "
           f"({result['k_mean']:.2f} per question)")
     rows = [("all trajectories", result["accuracy"]), ("random pick", result["random"]),

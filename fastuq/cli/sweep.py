@@ -5,20 +5,14 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from pathlib import Path
 
-_PARAM_FLAGS = (
-    ("lam", "forgetting factor in [0, 1]"),
-    ("q", "process noise >= 0"),
-    ("sigma2_0", "prior variance > 0"),
-    ("mu_0", "prior mean"),
-)
+from fastuq.cli import options as cs
 
 
 def add_parser(sub) -> None:
     """Register ``sweep`` on the subparsers ``sub``."""
-    sp = sub.add_parser(
-        "sweep",
+    sp = cs.subcommand(
+        sub, "sweep",
         help="exact AUROC/AUARC/PRR of SAUCE over a parameter grid",
         description=(
             "Score CORPUS with SAUCE at every point of a parameter grid (the Cartesian product "
@@ -31,11 +25,9 @@ def add_parser(sub) -> None:
         epilog="example: fastuq sweep corpus.parquet --lam 0.5:1.0:32 --q 1e-3:1:32 --log q "
                "--metric auroc --folds 5 -o sweep.parquet --plot heatmap.png",
     )
-    sp.add_argument("input", nargs="?", metavar="CORPUS",
-                    help="labelled corpus (Parquet, JSONL, JSONL.gz)")
-    sp.add_argument("--sample", action="store_true", help="sweep the bundled sample corpus")
-    for name, text in _PARAM_FLAGS:
-        sp.add_argument(f"--{name.replace('_', '-')}", dest=name, metavar="SPEC",
+    cs.add_corpus(sp, "sweep")
+    for name, text in cs.SAUCE_PARAMS:
+        sp.add_argument(cs.flag(name), dest=name, metavar="SPEC",
                         help=f"values of {name} ({text})")
     sp.add_argument("--log", action="append", default=[], metavar="NAME",
                     help="space NAME's START:STOP:COUNT values in log (repeatable)")
@@ -45,29 +37,27 @@ def add_parser(sub) -> None:
     sp.add_argument("--folds", type=int, help="k-fold cross-validated selection (seed 0)")
     sp.add_argument("-o", "--output", help="output Parquet file, one row per grid point")
     sp.add_argument("--plot", metavar="PNG", help="heatmap of the first metric (needs matplotlib)")
-    sp.add_argument("--protocol", help="preset for every record (default: each record's field)")
-    sp.add_argument("--dtype", choices=("float32", "float64"), default="float32",
-                    help="scoring and ranking precision (default float32, ample for ranking)")
+    cs.add_protocol(sp)
+    cs.add_dtype(sp, "float32", "scoring and ranking precision (default float32, ample for "
+                                "ranking)")
     sp.add_argument("--chunk-points", type=int,
                     help="grid points scored per block (bounds memory; default 2**24 // N)")
     sp.add_argument("--threads", type=int, help="host threads ranking scores (default: cores)")
-    from fastuq.cli.options import add_options
-
-    add_options(sp, params=True)
+    cs.add_options(sp, params=True)
 
 
 def _grid(args: argparse.Namespace) -> dict[str, list[float]]:
     from fastuq.sweeps import parse_values
 
-    names = [name for name, _ in _PARAM_FLAGS]
+    names = list(cs.SAUCE_NAMES)
     unknown = [n for n in args.log if n.replace("-", "_") not in names]
     if unknown:
         raise ValueError(f"--log names unknown parameter(s) {unknown}; known: {names}")
     logs = {n.replace("-", "_") for n in args.log}
     unused = sorted(n for n in logs if getattr(args, n) is None)
     if unused:
-        raise ValueError(f"--log {unused[0]} without --{unused[0].replace('_', '-')}: nothing "
-                         "to space in log")
+        raise ValueError(f"--log {unused[0]} without {cs.flag(unused[0])}: nothing to space "
+                         "in log")
     grid = {}
     for name in names:
         spec = getattr(args, name)
@@ -75,9 +65,9 @@ def _grid(args: argparse.Namespace) -> dict[str, list[float]]:
             try:
                 grid[name] = parse_values(spec, log=name in logs)
             except ValueError as exc:
-                raise ValueError(f"--{name.replace('_', '-')}: {exc}") from None
+                raise ValueError(f"{cs.flag(name)}: {exc}") from None
     if not grid:
-        raise ValueError("give at least one of --lam, --q, --sigma2-0, --mu-0")
+        raise ValueError(f"give at least one of {', '.join(map(cs.flag, names))}")
     return grid
 
 
@@ -89,31 +79,24 @@ def run(args: argparse.Namespace) -> int:
     """Run ``fastuq sweep``; returns the exit status."""
     import time
 
-    from fastuq.cli import sample_corpus_path
-    from fastuq.io.writers import atomic_write_parquet
+    from fastuq.io.writers import atomic_write_parquet, cli_check_outputs
     from fastuq.sweeps import heatmap, sweep
 
     prog = "fastuq sweep"
-    if args.sample == (args.input is not None):
-        print(f"{prog}: give a CORPUS or --sample (one of them)", file=sys.stderr)
+    source = cs.corpus_source(prog, args)
+    if source is None:
         return 2
     try:
         grid = _grid(args)
         metrics = tuple(m.strip() for m in args.metric.split(",") if m.strip())
     except ValueError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 2
+        return cs.fail(prog, exc)
     if args.plot:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
             print(f"{prog}: --plot needs matplotlib (pip install matplotlib)", file=sys.stderr)
             return 1
-    from fastuq.cli import options as cs
-
-    source = sample_corpus_path() if args.sample else Path(args.input)
-    from fastuq.io.writers import cli_check_outputs
-
     rc = cli_check_outputs(prog, [source], [("-o", args.output, "parquet"),
                                             ("--plot", args.plot, None)])
     if rc is not None:
@@ -125,15 +108,11 @@ def run(args: argparse.Namespace) -> int:
         base = cs.load_params(args)
         data, _ = cs.load_data(prog, args, source, skipped)
         cs.report_params(prog, base, data.protocols, args.params)
-        bar = cs.Progress(args.progress, unit="grid points")
-        try:
+        with cs.Progress(args.progress, unit="grid points") as bar:
             table = sweep(data, grid, metrics, dtype=args.dtype, chunk_points=args.chunk_points,
                           folds=args.folds, threads=args.threads, params=base, progress=bar)
-        finally:
-            bar.close()
     except (ValueError, FileNotFoundError) as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 1
+        return cs.fail(prog, exc, 1)
     seconds = time.perf_counter() - start
     names = [c for c in table.columns if c in grid]
     metric = metrics[0]

@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -116,6 +116,41 @@ def load_json_object(path: Path) -> dict:
             f"got {type(data).__name__}"
         )
     return data
+
+
+def record_error(path: Path, index: int, key: str, what: str, *,
+                 key_end: bool = False) -> ValueError:
+    """``ValueError("PATH: record INDEX ('KEY'): WHAT")`` for a bad record of a log file; a
+    key longer than 60 characters is cut to its first 57 and ``...`` (``key_end``: ``...``
+    and its last 57, for keys that end with what tells them apart)."""
+    if len(key) > 60:
+        key = "..." + key[-57:] if key_end else key[:57] + "..."
+    return ValueError(f"{path}: record {index} ({key!r}): {what}")
+
+
+def chat_history(history: object, a: int, fail: Callable[[str], Exception]
+                 ) -> tuple[list[str], list[str]]:
+    """``(assistant texts, user prompts)`` of agent ``a``'s chat history
+    (``agent_contexts[a]``: messages with a ``role``, ``system``, ``user`` or ``assistant``,
+    and a string ``content``), in order; ``fail(what)`` is raised when it is not one or holds
+    no assistant message."""
+    if not isinstance(history, list) or not history:
+        raise fail(f"agent_contexts[{a}] must be a non-empty list of messages")
+    responses: list[str] = []
+    prompts: list[str] = []
+    for m, msg in enumerate(history):
+        if not isinstance(msg, dict) or not isinstance(msg.get("content"), str):
+            raise fail(f"agent_contexts[{a}][{m}] must be an object with a string 'content'")
+        role = msg.get("role")
+        if role == "assistant":
+            responses.append(msg["content"])
+        elif role == "user":
+            prompts.append(msg["content"])
+        elif role != "system":
+            raise fail(f"agent_contexts[{a}][{m}] has unknown role {role!r}")
+    if not responses:
+        raise fail(f"agent_contexts[{a}] holds no assistant message")
+    return responses, prompts
 
 
 def _round_votes(answers: Sequence[str | None], math: bool) -> tuple[int, int]:

@@ -23,10 +23,11 @@ letter, a numeric gold reduces a boxed sentence around one number to the number
 from __future__ import annotations
 
 import re
+from functools import partial
 from pathlib import Path
 
 from fastuq.answers.extract import _last_boxed
-from fastuq.importers.common import ParsedRecord, load_json_object
+from fastuq.importers.common import ParsedRecord, chat_history, load_json_object, record_error
 
 __all__ = ["parse_du_file", "parse_gold"]
 
@@ -49,49 +50,25 @@ def parse_gold(gold: str | int | float) -> str:
     return m.group(1) if m else text
 
 
-def _fail(path: Path, index: int, key: str, what: str) -> ValueError:
-    short = key if len(key) <= 60 else key[:57] + "..."
-    return ValueError(f"{path}: record {index} ({short!r}): {what}")
-
-
 def _is_history(x) -> bool:
     return isinstance(x, list) and bool(x) and all(isinstance(m, dict) and "role" in m for m in x)
 
 
 def _parse_record(path: Path, index: int, key: str, value) -> ParsedRecord:
+    fail = partial(record_error, path, index, key)
     if isinstance(value, list) and value and all(_is_history(h) for h in value):
-        raise _fail(path, index, key,
-                    "value is a list of agent histories without a gold answer, as in Du et "
-                    "al.'s biography logs ({person: agent_contexts}); those state no answer "
-                    "to parse and compare: fastuq import du takes [agent_contexts, gold] "
-                    "records (the mmlu, gsm and math logs)")
+        raise fail("value is a list of agent histories without a gold answer, as in Du et "
+                   "al.'s biography logs ({person: agent_contexts}); those state no answer "
+                   "to parse and compare: fastuq import du takes [agent_contexts, gold] "
+                   "records (the mmlu, gsm and math logs)")
     if not isinstance(value, list) or len(value) != 2:
-        raise _fail(path, index, key, "value must be [agent_contexts, gold]")
+        raise fail("value must be [agent_contexts, gold]")
     contexts, gold = value
     if not isinstance(contexts, list) or not contexts:
-        raise _fail(path, index, key, "agent_contexts must be a non-empty list of histories")
+        raise fail("agent_contexts must be a non-empty list of histories")
     if isinstance(gold, bool) or not isinstance(gold, str | int | float):
-        raise _fail(path, index, key,
-                    f"gold must be a string or a number, got {type(gold).__name__}")
-    per_agent: list[list[str]] = []
-    for a, history in enumerate(contexts):
-        if not isinstance(history, list) or not history:
-            raise _fail(path, index, key,
-                        f"agent_contexts[{a}] must be a non-empty list of messages")
-        responses = []
-        for m, msg in enumerate(history):
-            if not isinstance(msg, dict) or not isinstance(msg.get("content"), str):
-                raise _fail(path, index, key,
-                            f"agent_contexts[{a}][{m}] must be an object with a string 'content'")
-            role = msg.get("role")
-            if role == "assistant":
-                responses.append(msg["content"])
-            elif role not in ("user", "system"):
-                raise _fail(path, index, key,
-                            f"agent_contexts[{a}][{m}] has unknown role {role!r}")
-        if not responses:
-            raise _fail(path, index, key, f"agent_contexts[{a}] holds no assistant message")
-        per_agent.append(responses)
+        raise fail(f"gold must be a string or a number, got {type(gold).__name__}")
+    per_agent = [chat_history(history, a, fail)[0] for a, history in enumerate(contexts)]
     n_rounds = max(len(r) for r in per_agent)
     texts: list[list[str | None]] = [
         [r[t] if t < len(r) else None for r in per_agent] for t in range(n_rounds)

@@ -60,9 +60,10 @@ from __future__ import annotations
 
 import itertools
 import re
+from functools import partial
 from pathlib import Path
 
-from fastuq.importers.common import ParsedRecord, load_json_object
+from fastuq.importers.common import ParsedRecord, chat_history, load_json_object, record_error
 
 __all__ = ["TEAM_SIZE", "parse_dylan_file"]
 
@@ -77,11 +78,6 @@ _QUOTE = re.compile(
 _PROBLEM = "Problem: "
 
 
-def _fail(path: Path, index: int, key: str, what: str) -> ValueError:
-    short = key if len(key) <= 60 else "..." + key[-57:]
-    return ValueError(f"{path}: record {index} ({short!r}): {what}")
-
-
 def _problem_text(prompt: str) -> str:
     start = prompt.rfind(_PROBLEM)
     text = prompt[start + len(_PROBLEM):] if start >= 0 else prompt
@@ -89,28 +85,6 @@ def _problem_text(prompt: str) -> str:
     if text.endswith("Answer:"):
         text = text[: -len("Answer:")]
     return text.strip()
-
-
-def _history(path: Path, index: int, key: str, a: int, history) -> tuple[list[str], list[str]]:
-    """(assistant texts, user prompts) of one history; ValueError on a wrong structure."""
-    if not isinstance(history, list) or not history:
-        raise _fail(path, index, key, f"agent_contexts[{a}] must be a non-empty list of messages")
-    responses: list[str] = []
-    prompts: list[str] = []
-    for m, msg in enumerate(history):
-        if not isinstance(msg, dict) or not isinstance(msg.get("content"), str):
-            raise _fail(path, index, key,
-                        f"agent_contexts[{a}][{m}] must be an object with a string 'content'")
-        role = msg.get("role")
-        if role == "assistant":
-            responses.append(msg["content"])
-        elif role == "user":
-            prompts.append(msg["content"])
-        elif role != "system":
-            raise _fail(path, index, key, f"agent_contexts[{a}][{m}] has unknown role {role!r}")
-    if not responses:
-        raise _fail(path, index, key, f"agent_contexts[{a}] holds no assistant message")
-    return responses, prompts
 
 
 def _quotes(prompts: list[str]) -> list[str] | None:
@@ -149,22 +123,22 @@ def _assign(resp: list[list[str]], quotes: list[list[str]]
 
 
 def _parse_record(path: Path, index: int, key: str, value, recover: bool) -> ParsedRecord:
+    # a DyLAN key is the whole prompt: messages show its end, where the problem is
+    fail = partial(record_error, path, index, key, key_end=True)
     if not isinstance(value, list) or len(value) != 4:
-        raise _fail(path, index, key,
-                    "value must be [agent_contexts, gold_answer, level, subject]")
+        raise fail("value must be [agent_contexts, gold_answer, level, subject]")
     contexts, gold, level, subject = value
     if not isinstance(contexts, list) or not contexts:
-        raise _fail(path, index, key, "agent_contexts must be a non-empty list of histories")
+        raise fail("agent_contexts must be a non-empty list of histories")
     if len(contexts) > TEAM_SIZE:
-        raise _fail(path, index, key,
-                    f"{len(contexts)} histories for a team of {TEAM_SIZE} agents")
+        raise fail(f"{len(contexts)} histories for a team of {TEAM_SIZE} agents")
     if gold is not None and not isinstance(gold, str | int | float):
-        raise _fail(path, index, key, f"gold_answer must be a string, got {type(gold).__name__}")
+        raise fail(f"gold_answer must be a string, got {type(gold).__name__}")
     if level is not None and not isinstance(level, int):
         m = re.search(r"\d+", str(level))
         level = int(m.group()) if m else None
     flags: list[str] = []
-    parsed = [_history(path, index, key, a, h) for a, h in enumerate(contexts)]
+    parsed = [chat_history(h, a, fail) for a, h in enumerate(contexts)]
     n_rounds = max(len(r) for r, _ in parsed)
     if n_rounds >= 2:
         kept: list = []
@@ -174,7 +148,7 @@ def _parse_record(path: Path, index: int, key: str, value, recover: bool) -> Par
             else:
                 kept.append(raw)
         if len(kept) < len(contexts):
-            parsed = [_history(path, index, key, a, h) for a, h in enumerate(kept)]
+            parsed = [chat_history(h, a, fail) for a, h in enumerate(kept)]
     resp = [r for r, _ in parsed]
     n_hist = len(resp)
     slots: tuple[int, ...] = tuple(range(n_hist))

@@ -1,5 +1,10 @@
-"""Small vectorized helpers over Arrow list arrays, shared by the schema checks, the readers
-and the packers."""
+"""Small vectorized helpers over Arrow list arrays, shared by the schema checks, the readers,
+the packers, the signal builders and the simulator.
+
+A list level is described by its ``lengths`` (``[n]`` int64, nulls as 0): ``offsets`` are
+where each list starts and ends in the flat values, ``starts`` where it starts, ``parents``
+which list each flat value belongs to and ``ramp`` its position within that list.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["combined", "list_lengths", "offsets", "ramp", "starts"]
+__all__ = ["combined", "list_array", "list_lengths", "offsets", "offsets32", "parents", "ramp",
+           "starts"]
 
 
 def combined(col: pa.ChunkedArray | pa.Array) -> pa.Array:
@@ -35,6 +41,23 @@ def offsets(lengths: np.ndarray, dtype=np.int64) -> np.ndarray:
     return out
 
 
+def offsets32(lengths: np.ndarray) -> np.ndarray:
+    """:func:`offsets` as int32, the offsets of an Arrow ``list``; ValueError when the values
+    would not fit them."""
+    out = offsets(lengths)
+    if out[-1] > np.iinfo(np.int32).max:
+        raise ValueError("column too large for 32-bit list offsets: read it in smaller chunks")
+    return out.astype(np.int32)
+
+
+def list_array(lengths: np.ndarray, values: pa.Array, valid: np.ndarray | None = None
+               ) -> pa.ListArray:
+    """An Arrow ``list`` array of ``values`` cut by ``lengths``, null where ``valid`` is false
+    (no validity bitmap when every list is valid)."""
+    mask = None if valid is None or valid.all() else pa.array(~valid)
+    return pa.ListArray.from_arrays(pa.array(offsets32(lengths)), values, mask=mask)
+
+
 def starts(lengths: np.ndarray) -> np.ndarray:
     """``[len(lengths)]`` exclusive cumulative sum: where each group starts."""
     out = np.zeros(lengths.size, np.int64)
@@ -42,7 +65,22 @@ def starts(lengths: np.ndarray) -> np.ndarray:
     return out
 
 
-def ramp(lengths: np.ndarray) -> np.ndarray:
-    """``[sum(lengths)]``: position of each element within its group."""
-    total = int(lengths.sum())
-    return np.arange(total, dtype=np.int64) - np.repeat(starts(lengths), lengths)
+def parents(lengths: np.ndarray) -> np.ndarray:
+    """``[sum(lengths)]`` int64: the group each element belongs to (0 repeated ``lengths[0]``
+    times, then 1 ...), as Arrow's ``list_parent_indices``."""
+    return np.repeat(np.arange(lengths.size, dtype=np.int64), lengths)
+
+
+def ramp(lengths: np.ndarray, *, parent: np.ndarray | None = None,
+         start: np.ndarray | None = None) -> np.ndarray:
+    """``[sum(lengths)]``: position of each element within its group.
+
+    ``parent`` (:func:`parents`) and ``start`` (:func:`starts`) of ``lengths``, when the caller
+    holds them already: a gather through ``parent`` is cheaper than the ``np.repeat`` that
+    is run without it."""
+    if start is None:
+        start = starts(lengths)
+    if parent is None:
+        total = int(lengths.sum())
+        return np.arange(total, dtype=np.int64) - np.repeat(start, lengths)
+    return np.arange(parent.size, dtype=np.int64) - start[parent]

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fastuq.io.arrow_lists import list_lengths, offsets, ramp
+from fastuq.io.arrow_lists import combined, list_lengths, offsets, parents, ramp
 
 __all__ = ["pack_lists", "pack_nodes", "pack_offsets", "pack_ragged", "ragged_to_flat"]
 
@@ -82,8 +82,7 @@ def pack_lists(
     """An Arrow ``list<number>`` column (one list per trajectory, one value per executed
     round) to ``([T, N] dtype, round_mask [T, N])``. A null list has no rounds; a null element
     becomes NaN (and is reported by validation as a missing measurement)."""
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks()
+    col = combined(col)
     lengths, _ = list_lengths(col)
     values = pc.list_flatten(col).to_numpy(zero_copy_only=False)
     return pack_offsets(values, offsets(lengths), dtype=dtype, t_max=t_max, n_padded=n_padded)
@@ -110,8 +109,7 @@ def pack_nodes(
       ``values [T, n_padded, A]``, ``node_mask [T, n_padded, A]`` (true where the slot holds a
       value) and ``round_mask [T, n_padded]`` (true where the round executed).
     """
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks()
+    col = combined(col)
     n = len(col)
     round_len, _ = list_lengths(col)
     rows = pc.list_flatten(col)  # one entry per executed (trajectory, round)
@@ -132,10 +130,10 @@ def pack_nodes(
     round_mask = np.zeros((t_max, n_padded), bool)
     round_mask[:, :n] = np.arange(t_max)[:, None] < round_len[None, :]
     # Row r is round t_r of trajectory n_r; element e is slot k_e of row r_e.
-    n_r = np.repeat(np.arange(n), round_len)
-    t_r = ramp(round_len)
-    r_e = np.repeat(np.arange(n_r.size), slot_len)
-    k_e = ramp(slot_len)
+    n_r = parents(round_len)
+    t_r = ramp(round_len, parent=n_r)
+    r_e = parents(slot_len)
+    k_e = ramp(slot_len, parent=r_e)
     valid = flat.is_valid().to_numpy(zero_copy_only=False)
     t_e, n_e, k_e = t_r[r_e][valid], n_r[r_e][valid], k_e[valid]
     values[t_e, n_e, k_e] = flat.drop_null().to_numpy(zero_copy_only=False)

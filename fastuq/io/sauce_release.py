@@ -41,7 +41,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fastuq.io.arrow_lists import combined as _combined
+from fastuq.io.arrow_lists import list_array as _list_array
 from fastuq.io.arrow_lists import list_lengths as _lengths
+from fastuq.io.arrow_lists import parents as _parents
 from fastuq.io.arrow_lists import ramp as _ramp
 from fastuq.io.arrow_lists import starts as _starts
 
@@ -105,20 +107,6 @@ def sauce_source_columns(wanted: Sequence[str], names: Sequence[str]) -> list[st
             add("round_outputs")
             add("num_agents")
     return out
-
-
-
-
-
-
-
-
-
-
-def _offsets(lengths: np.ndarray) -> pa.Array:
-    out = np.zeros(lengths.size + 1, np.int64)
-    np.cumsum(lengths, out=out[1:])
-    return pa.array(out.astype(np.int32))
 
 
 def _field(struct_type: pa.DataType, names: Sequence[str]) -> str | None:
@@ -220,10 +208,10 @@ def _agents_to_nodes(table: pa.Table, source: str | None, row0: int
         return None
     n_resp, _ = _lengths(agents_l)
     agents = _maybe_decode(pc.list_flatten(agents_l))
-    rec_of_round = np.repeat(np.arange(n, dtype=np.int64), n_rounds)
-    round_of_agent = np.repeat(np.arange(n_resp.size, dtype=np.int64), n_resp)
+    rec_of_round = _parents(n_rounds)
+    round_of_agent = _parents(n_resp)
     rec_of_agent = rec_of_round[round_of_agent]
-    pos = _ramp(n_resp)
+    pos = _ramp(n_resp, parent=round_of_agent)
 
     idx_name = _field(rounds.type, ("round_index",))
     if idx_name is not None and n_resp.size > 1:
@@ -316,9 +304,7 @@ def _agents_to_nodes(table: pa.Table, source: str | None, row0: int
                 vals = vals.cast(pa.string())
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
                 continue  # not text-like: stays in the raw round_outputs only
-        per_round = pa.ListArray.from_arrays(_offsets(round_width), vals.take(take))
-        mask = None if rec_valid.all() else pa.array(~rec_valid)
-        out[canon] = pa.ListArray.from_arrays(_offsets(n_rounds), per_round, mask=mask)
+        out[canon] = _list_array(n_rounds, _list_array(round_width, vals.take(take)), rec_valid)
     return out, guessed
 
 
@@ -332,13 +318,11 @@ def _append_flag(flags: pa.Array | None, add: np.ndarray, flag: str) -> pa.Array
     old_len, old_valid = _lengths(flags)
     values = pc.list_flatten(flags).cast(pa.string())
     new_len = old_len + add
-    rec = np.repeat(np.arange(n, dtype=np.int64), new_len)
-    pos = _ramp(new_len)
+    rec = _parents(new_len)
+    pos = _ramp(new_len, parent=rec)
     idx = np.where(pos < old_len[rec], _starts(old_len)[rec] + pos, len(values))
     pool = pa.concat_arrays([values, pa.array([flag], pa.string())])
-    valid = old_valid | add
-    mask = None if valid.all() else pa.array(~valid)
-    return pa.ListArray.from_arrays(_offsets(new_len), pool.take(pa.array(idx)), mask=mask)
+    return _list_array(new_len, pool.take(pa.array(idx)), old_valid | add)
 
 
 def sauce_to_canonical(table: pa.Table, *, source: str | None = None, row0: int = 0

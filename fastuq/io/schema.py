@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 from fastuq.engine.errors import RecordError
 from fastuq.io.arrow_lists import combined as _combined
 from fastuq.io.arrow_lists import list_lengths as _lengths
+from fastuq.io.arrow_lists import parents as _parents
 from fastuq.io.arrow_lists import ramp as _ramp
 from fastuq.io.arrow_lists import starts as _starts
 
@@ -413,7 +414,7 @@ def validate(table: pa.Table, *, source: str | None = None, row0: int = 0,
     for name, nd in nodes.items():
         if n_agents is None:
             continue
-        rec = np.repeat(np.arange(n), nd.rounds)
+        rec = _parents(nd.rounds)
         over = nd.slots > n_agents[rec]
         if not over.any():
             continue
@@ -449,8 +450,8 @@ def _check_nodes_agree(nodes: dict[str, _Node], problems: Problems) -> None:
             if _first(ref.slots != nd.slots) is None:
                 continue
         lens = np.where(same, ref.rounds, 0)
-        rec = np.repeat(np.arange(lens.size), lens)
-        t = _ramp(lens)
+        rec = _parents(lens)
+        t = _ramp(lens, parent=rec)
         a = ref.slots[ref.start[rec] + t]
         b = nd.slots[nd.start[rec] + t]
         mism = a != b

@@ -25,6 +25,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fastuq.engine.errors import RecordError
+from fastuq.io.arrow_lists import (
+    combined,
+    list_array,
+    list_lengths,
+    offsets,
+    parents,
+    ramp,
+    starts,
+)
 from fastuq.io.pack import pack_offsets
 
 __all__ = [
@@ -44,12 +53,8 @@ _PAIRWISE_MAX_SLOTS = 16  # up to this many agents, count votes by slot comparis
 
 
 def _array(col: ArrayLike, name: str) -> pa.Array:
-    if isinstance(col, pa.ChunkedArray):
-        if col.num_chunks == 1:
-            return col.chunk(0)
-        return col.combine_chunks() if col.num_chunks else pa.array([], col.type)
-    if isinstance(col, pa.Array):
-        return col
+    if isinstance(col, (pa.Array, pa.ChunkedArray)):
+        return combined(col)
     try:
         return pa.array(col)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
@@ -66,24 +71,20 @@ class _Level:
         if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)
                 or pa.types.is_fixed_size_list(arr.type)):
             raise ValueError(f"{name}: expected a list column at depth {depth}, got {arr.type}")
-        lens = pc.list_value_length(arr)
-        self.valid = lens.is_valid().to_numpy(zero_copy_only=False)
-        self.lengths = lens.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-        self.start = np.zeros(self.lengths.size, np.int64)
-        np.cumsum(self.lengths[:-1], out=self.start[1:])
+        self.lengths, self.valid = list_lengths(arr)
+        self.start = starts(self.lengths)
         self.values = pc.list_flatten(arr)
         self._parent: np.ndarray | None = None
 
     @property
     def parent(self) -> np.ndarray:
         if self._parent is None:
-            self._parent = np.repeat(np.arange(self.lengths.size, dtype=np.int64), self.lengths)
+            self._parent = parents(self.lengths)
         return self._parent
 
     def ramp(self) -> np.ndarray:
-        """Position of every flat value within its list."""
-        # a gather through the cached parent index, cheaper than a second np.repeat
-        return np.arange(self.parent.size, dtype=np.int64) - self.start[self.parent]
+        """Position of every flat value within its list (through the cached parent index)."""
+        return ramp(self.lengths, parent=self.parent, start=self.start)
 
     def position(self, child: int) -> int:
         """Position of flat value ``child`` within its list."""
@@ -102,19 +103,6 @@ class _Names:
         if self.ids is None:
             return f"row {i}"
         return f"trajectory {self.ids[int(i)].as_py()!r} (row {i})"
-
-
-def _offsets32(lengths: np.ndarray) -> np.ndarray:
-    out = np.zeros(lengths.size + 1, np.int64)
-    np.cumsum(lengths, out=out[1:])
-    if out[-1] > np.iinfo(np.int32).max:
-        raise ValueError("column too large for 32-bit list offsets: read it in smaller chunks")
-    return out.astype(np.int32)
-
-
-def _lists(lengths: np.ndarray, valid: np.ndarray, values: pa.Array) -> pa.ListArray:
-    mask = None if valid.all() else pa.array(~valid)
-    return pa.ListArray.from_arrays(pa.array(_offsets32(lengths)), values, mask=mask)
 
 
 def _n_agents(n_agents: int | ArrayLike | None, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -175,10 +163,10 @@ def _modal_counts(cls: np.ndarray, vote: np.ndarray, rnd: _Level, n_rounds: int)
     r, c = r[order], c[order]
     new = np.ones(r.size, bool)
     new[1:] = (r[1:] != r[:-1]) | (c[1:] != c[:-1])
-    starts = np.flatnonzero(new)
-    runs = np.diff(np.append(starts, r.size))
+    run_start = np.flatnonzero(new)
+    runs = np.diff(np.append(run_start, r.size))
     best = np.zeros(n_rounds, np.int64)
-    np.maximum.at(best, r[starts], runs)
+    np.maximum.at(best, r[run_start], runs)
     return best
 
 
@@ -284,10 +272,8 @@ def agreement_from_answers(
         else:
             out[none] = np.nan
     if padded:
-        offsets = np.zeros(n + 1, np.int64)
-        np.cumsum(rec.lengths, out=offsets[1:])
-        return pack_offsets(out, offsets)
-    return _lists(rec.lengths, rec.valid, pa.array(out, pa.float64()))
+        return pack_offsets(out, offsets(rec.lengths))
+    return list_array(rec.lengths, pa.array(out, pa.float64()), rec.valid)
 
 
 # --- token entropy -----------------------------------------------------------------------------
@@ -443,8 +429,9 @@ def token_entropy_from_topk(
                          f"top-k log-probabilities", row=_record(levels[:1], k))
     h_round = r_sum / r_cnt
     node_values = pa.array(h_node, pa.float64(), mask=~spoke)
-    node_col = _lists(rec.lengths, rec.valid, _lists(rnd.lengths, rnd.valid, node_values))
-    round_col = _lists(rec.lengths, rec.valid, pa.array(h_round, pa.float64()))
+    node_col = list_array(rec.lengths, list_array(rnd.lengths, node_values, rnd.valid),
+                          rec.valid)
+    round_col = list_array(rec.lengths, pa.array(h_round, pa.float64()), rec.valid)
     return node_col, round_col
 
 
@@ -496,7 +483,7 @@ def logprob_stats(token_logprobs: ArrayLike, *, ids: ArrayLike | None = None) ->
         raise ValueError("token_logprobs: a response has more than 2**31 - 1 tokens")
 
     def nest(values: pa.Array) -> pa.ListArray:
-        return _lists(rec.lengths, rec.valid, _lists(rnd.lengths, rnd.valid, values))
+        return list_array(rec.lengths, list_array(rnd.lengths, values, rnd.valid), rec.valid)
 
     return LogprobStats(
         seq_logprob=nest(pa.array(total, pa.float64(), mask=~spoke)),

@@ -45,6 +45,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fastuq.io.arrow_lists import offsets, parents
 from fastuq.io.schema import CANONICAL
 from fastuq.synth import sim
 
@@ -248,17 +249,17 @@ def _chunk(rng: np.random.Generator, start: int, stop: int, protocol: str,
     f_ntok = n_tok[inl]
     f_lp = -(nll[inl] * f_ntok)
     round_len = np.repeat(slots, rounds)  # slots per executed round
-    node_off = _offsets(round_len)
-    round_off = _offsets(rounds)
-    owner_round = np.repeat(np.arange(round_len.size), round_len)
-    f_record = np.repeat(rows, rounds * slots)
+    node_off = offsets(round_len, np.int32)
+    round_off = offsets(rounds, np.int32)
+    owner_round = parents(round_len)
+    f_record = parents(rounds * slots)
 
     extra = {}
     if topk:
         ntok_eff = np.where(f_speak, f_ntok, 0)
         topv, chosen, node_ent, node_lp = sim.tokens(rng, f_h, ntok_eff, topk)
         f_h, f_lp = node_ent, node_lp
-        tok_off = _offsets(ntok_eff)
+        tok_off = offsets(ntok_eff, np.int32)
         k_off = np.arange(0, topv.size + 1, topk, dtype=np.int32)
         mask = pa.array(~f_speak)
         chosen_lists = pa.ListArray.from_arrays(tok_off, pa.array(chosen), mask=mask)
@@ -295,12 +296,6 @@ def _chunk(rng: np.random.Generator, start: int, stop: int, protocol: str,
         "flags": pa.ListArray.from_arrays(np.zeros(n + 1, np.int32), pa.array([], pa.string())),
     }
     return pa.Table.from_pydict(cols, schema=schema(topk > 0))
-
-
-def _offsets(lengths: np.ndarray) -> np.ndarray:
-    out = np.zeros(lengths.size + 1, dtype=np.int32)
-    np.cumsum(lengths, out=out[1:])
-    return out
 
 
 def _nest(nodes: pa.Array, node_off: np.ndarray, round_off: np.ndarray) -> pa.ListArray:

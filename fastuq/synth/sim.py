@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fastuq.io.arrow_lists import parents
+
 # --- model constants (logit scale unless said otherwise) ---------------------------------------
 _P_EASY = 2.4  # logit of an average agent being right on the easiest question
 _P_SLOPE = 4.0  # logit lost from the easiest (difficulty 0) to the hardest (difficulty 1)
@@ -263,7 +265,7 @@ def tokens(rng: np.random.Generator, node_h: np.ndarray, n_tok: np.ndarray,
     """
     m = node_h.shape[0]
     total = int(n_tok.sum())
-    owner = np.repeat(np.arange(m), n_tok)
+    owner = parents(n_tok)  # the response of each token
     # each token: sharp (confident) or flat; sharper on average when the response is confident
     sharp = 1.6 / np.maximum(node_h[owner], 1e-3) * np.exp(0.8 * rng.standard_normal(total))
     gaps = rng.exponential(1.0, (total, k))
