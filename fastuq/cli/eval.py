@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from fastuq.cli import options as cs
+from fastuq.cli import positive_int
 
 _SCORING_ONLY = ("protocol", "observation_noise", "dtype", "backend", *cs.SAUCE_NAMES, "params")
 
@@ -64,9 +65,9 @@ def add_parser(sub) -> None:
     cs.add_dtype(ev, None, "kernel precision when scoring (default float64)")
     cs.add_backend(ev, None, "kernel backend when scoring (default jax)")
     cs.add_sauce_params(ev, " when scoring")
-    ev.add_argument("--chunk-rows", type=int, default=1 << 18,
+    ev.add_argument("--chunk-rows", type=positive_int, default=1 << 18,
                     help="records per chunk when reading (default 262144)")
-    cs.add_options(ev, params=True)
+    cs.add_options(ev, params=True, output=False)
 
 
 def _split(text: str | None) -> list[str] | None:

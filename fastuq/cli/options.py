@@ -141,14 +141,17 @@ def add_progress(p: argparse.ArgumentParser, what: str = "") -> None:
 
 
 def add_options(p: argparse.ArgumentParser, *, noise: bool = True,
-                params: bool = False) -> None:
+                params: bool = False, output: bool = True) -> None:
     """Add ``--observation-noise`` (with ``noise``), ``--params`` (with ``params``),
-    ``--on-error``, ``--skipped``, ``--check`` and ``--progress`` to the subparser ``p``."""
+    ``--on-error``, ``--skipped``, ``--check`` and ``--progress`` to the subparser ``p``
+    (``output``: whether the command has ``-o``, which the skipped list's default sits
+    beside)."""
     if noise:
         add_noise(p)
     if params:
         add_params(p)
-    add_skip(p)
+    add_skip(p, SKIPPED_DEFAULT if output else
+             "CORPUS_NAME.skipped.jsonl in the current folder")
     add_check(p)
     add_progress(p)
 

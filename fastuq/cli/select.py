@@ -25,7 +25,7 @@ def add_parser(sub) -> None:
     p.add_argument("--method", default="all", help="estimators, comma-separated, or all")
     cs.add_protocol(p)
     p.add_argument("--json", metavar="OUT", help="also write the numbers as JSON")
-    cs.add_options(p)
+    cs.add_options(p, output=False)
 
 
 def run(args: argparse.Namespace) -> int:

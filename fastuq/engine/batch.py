@@ -246,12 +246,12 @@ def _row_widths(col: pa.Array) -> np.ndarray:
     """``[N]`` the longest round (inner list) of every trajectory of a node column."""
     import pyarrow.compute as pc
 
-    from fastuq.io.arrow_lists import list_lengths
+    from fastuq.io.arrow_lists import list_lengths, parents
 
     traj_len, _ = list_lengths(col)
     round_len, _ = list_lengths(pc.list_flatten(col))
     widths = np.zeros(len(col), np.int64)
-    np.maximum.at(widths, np.repeat(np.arange(len(col)), traj_len), round_len)
+    np.maximum.at(widths, parents(traj_len), round_len)
     return widths
 
 
@@ -299,7 +299,7 @@ def _pack_predecessors(
     """
     import pyarrow.compute as pc
 
-    from fastuq.io.arrow_lists import list_lengths, ramp
+    from fastuq.io.arrow_lists import list_lengths, parents, ramp
     from fastuq.kernels.umas import WORD_BITS, edge_words
 
     n = len(col)
@@ -314,14 +314,14 @@ def _pack_predecessors(
         )
     rounds = pc.list_flatten(col)  # per (trajectory, round): list over agents
     round_len, _ = list_lengths(rounds)
-    n_of_round = np.repeat(np.arange(n), traj_len)
+    n_of_round = parents(traj_len)
     t_of_round = ramp(traj_len)
     nodes = pc.list_flatten(rounds)  # per node: list of predecessor indices (null: default)
     node_len, node_valid = list_lengths(nodes)
-    round_of_node = np.repeat(np.arange(len(rounds)), round_len)
+    round_of_node = parents(round_len)
     i_of_node = ramp(round_len)
     flat = pc.list_flatten(nodes)
-    owner = np.repeat(np.arange(len(nodes)), node_len)
+    owner = parents(node_len)
     null = flat.is_null().to_numpy(zero_copy_only=False)
     preds = flat.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
     bad = null | (preds < 0) | (preds >= team[n_of_round[round_of_node[owner]]])
