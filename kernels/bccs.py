@@ -138,14 +138,14 @@ def _check_fields(fields: tuple[str, ...]) -> None:
 
 
 #: Teams up to this many slots run :func:`_round_unrolled`, larger ones
-#: :func:`_round_vectorized` (the same numbers, bit for bit). Measured (2 loaded CPU cores,
-#: float32, one device, T = 3, score + first_full + leader; compile / run):
-#: 1e6 trajectories at A = 4: unrolled 0.4 s / 22 ms, vectorized 0.8 s / 83 ms; A = 8:
-#: unrolled 1.1 s / 100 ms, vectorized 1.2 s / 295 ms; 2e5 trajectories at A = 16:
-#: unrolled 2.8 s / 90 ms, vectorized 0.8 s / 105 ms; A = 32: 11.5 s / 781 ms against
-#: 1.1 s / 225 ms. A rolled scan (``unroll=1``) ran 4-8x slower than a full unroll at
-#: T = 3 and T = 12 alike, so rounds unroll up to :func:`~kernels.baselines.default_unroll`'s
-#: 12 (compile 3.2 s at T = 12, A = 8).
+#: :func:`_round_vectorized` (the same numbers, bit for bit). Measured on 2 loaded CPU cores
+#: (float32, one device, score + first_full + leader; compile / run), unrolled against
+#: vectorized: 1e6 trajectories, T = 3: A = 4 0.5 s / 24 ms against 0.7 s / 79 ms, A = 8
+#: 0.8 s / 43 ms against 1.0 s / 262 ms; 2e5 trajectories: T = 3, A = 16 2.2 s / 72 ms
+#: against 1.0 s / 160 ms (unrolled compile time grows as A^2 T: past 8 slots it is not
+#: worth it); T = 12, A = 8 3.1 s / 185 ms against 2.8 s / 289 ms. A rolled scan
+#: (``unroll=1``) ran 4-8x slower than a full unroll at T = 3 and T = 12 alike, so rounds
+#: unroll up to :func:`~kernels.baselines.default_unroll`'s 12.
 UNROLL_SLOTS = 8
 
 
@@ -163,20 +163,24 @@ def _tree_sum(terms: list) -> jax.Array:
 
 
 def _round_unrolled(cls, b, team, params: BccsParams):
-    """:func:`_round` for small teams: the slot loops unrolled into ``[N]`` vector code
-    (``A (A - 1)`` compares per round), so XLA fuses a round into one pass over the batch."""
+    """:func:`_round` for small teams: the slot loops unrolled into ``[N]`` vector code, so
+    XLA fuses a round into one pass over the batch."""
     a_max = cls.shape[-1]
     neg = jnp.asarray(-0.0, b.dtype)
     c = [cls[:, i] for i in range(a_max)]
     bel = [b[:, i] for i in range(a_max)]
     answered = [x >= 0 for x in c]
-    # the modal class: the first slot (in slot order) with the most votes
+    # The modal class. Slot i counts the votes of its class from slot i on: the first
+    # member of a class counts the whole class, later members fewer, so the largest count is
+    # the modal class's size and the first slot reaching it (strictly greater: ties stay
+    # with the lower slot) opens the modal class whose lowest slot comes first. A (A - 1) / 2
+    # compares; equal ids imply both voted (-1 != a class).
     size = top = None
     for i in range(a_max):
-        count = answered[i].astype(jnp.int32)
-        for j in range(a_max):
-            if j != i:
-                count = count + (answered[i] & (c[j] == c[i])).astype(jnp.int32)
+        count = jnp.ones_like(c[i])
+        for j in range(i + 1, a_max):
+            count = count + (c[j] == c[i]).astype(jnp.int32)
+        count = jnp.where(answered[i], count, 0)
         if size is None:
             size, top = count, c[i]
         else:
