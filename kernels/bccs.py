@@ -177,7 +177,7 @@ def _round_unrolled(cls, b, team, params: BccsParams):
     # compares; equal ids imply both voted (-1 != a class).
     size = top = None
     for i in range(a_max):
-        count = jnp.ones_like(c[i])
+        count = jnp.ones_like(c[i], dtype=jnp.int32)
         for j in range(i + 1, a_max):
             count = count + (c[j] == c[i]).astype(jnp.int32)
         count = jnp.where(answered[i], count, 0)
