@@ -19,14 +19,15 @@ import pyarrow.parquet as pq
 import pytest
 
 import fastuq
-from fastuq.synth import corpus
+from fastuq.synth import corpus_with_beliefs as corpus
 
 ESTIMATORS = tuple(fastuq.ESTIMATORS)
 
 
 def _mixed_team_corpus(path):
     """Chunks of one corpus see different largest teams: 2-agent debates first, then
-    3- and 6-agent debates and 4-agent DyLAN runs, interleaved."""
+    3- and 6-agent debates and 4-agent DyLAN runs, interleaved (with beliefs, so that every
+    estimator, BCCS included, scores it)."""
     parts = [
         corpus(700, protocol="debate", seed=1, n_agents=2, topk=2),
         corpus(500, protocol="mixed", seed=2, topk=2),
@@ -100,9 +101,11 @@ def _long_corpus(n, t, a, seed):
         ntok = rng.integers(1, 50, (t, a)).tolist()
         topk = [[np.sort(-rng.exponential(1.0, (2, 3)))[:, ::-1].tolist() for _ in range(a)]
                 for _ in range(t)]
+        answers = rng.integers(0, 3, (t, a)).astype(str).tolist()
         rows.append({
             "trajectory_id": f"r{i}", "protocol": "debate", "n_agents": a,
             "agreement": (rng.integers(1, a + 1, t) / a).tolist(),
+            "answers": answers, "belief": rng.random((t, a)).tolist(),
             "token_entropy": rng.exponential(0.5, t).tolist(),
             "seq_logprob": lp, "n_tokens": ntok, "topk_logprobs": topk,
         })

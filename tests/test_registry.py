@@ -28,7 +28,10 @@ BUILTIN = tuple(ESTIMATORS)
 def _draw_inputs(rng: np.random.Generator, t: int, n: int, a: int, team: int,
                  ties: bool) -> dict[str, np.ndarray]:
     """Every packed input for ``n`` ragged trajectories (1..t rounds, 1..a agents), with
-    edge values: zero entropy, agreement 0 and 1, equal entropies (ties)."""
+    edge values: zero entropy, agreement 0 and 1, equal entropies (ties); and for BCCS:
+    answer classes with ties between classes, unparseable answers (-1) and rounds where
+    nobody answered, beliefs 0 and 1 (with ``ties``, from a dyadic grid, so that equal
+    sums are equal floats and leaders tie)."""
     rounds = rng.integers(1, t + 1, n)
     round_mask = np.arange(t)[:, None] < rounds[None, :]
     agreement = rng.integers(0, team + 1, (t, n)) / team
@@ -43,6 +46,12 @@ def _draw_inputs(rng: np.random.Generator, t: int, n: int, a: int, team: int,
     n_tokens = rng.integers(1, 20, (t, n, a)).astype(float)
     node_entropy = rng.exponential(0.7, (t, n, a))
     edges = pack_edges(rng.random((t, n, a, a)) < 0.6).astype(np.uint32)
+    answer_class = rng.integers(0, 3, (t, n, a)).astype(np.int32)
+    answer_class[~node_mask | (rng.random(node_mask.shape) < 0.15)] = -1
+    answer_class[~round_mask] = rng.integers(-1, 3, answer_class[~round_mask].shape)
+    belief = (rng.integers(0, 5, (t, n, a)) / 4 if ties else rng.random((t, n, a)))
+    belief[rng.random(belief.shape) < 0.05] = 1.0
+    belief[(answer_class < 0) | ~round_mask[:, :, None]] = np.nan
     for x in (agreement, entropy):
         x[~round_mask] = np.nan  # padding may hold anything
     for x in (seq_logprob, n_tokens, node_entropy):
@@ -53,6 +62,8 @@ def _draw_inputs(rng: np.random.Generator, t: int, n: int, a: int, team: int,
         "team_size": np.where(rng.random(n) < 0.7, float(team), 0.0),
         "seq_logprob": seq_logprob, "n_tokens": n_tokens, "node_entropy": node_entropy,
         "node_confidence": seq_logprob, "node_mask": node_mask, "edges": edges,
+        "answer_class": answer_class, "belief": belief,
+        "n_agents": np.maximum(agents, team).astype(float),
     }
 
 
@@ -77,15 +88,17 @@ def _slice(name: str, x: np.ndarray, k: int):
     return x[k] if INPUTS[name].axis == 0 else x[:, k]
 
 
-def _reference(est: Estimator, arrays: dict, params: dict, n: int) -> np.ndarray:
+def _reference(est: Estimator, arrays: dict, params: dict, n: int) -> dict[str, np.ndarray]:
+    """``{output: [n] float64}`` from the per-trajectory reference."""
     ref = est.reference_fn()
     out = []
     for k in range(n):
         args = [_slice(i, arrays[i], k) for i in est.inputs]
         kw = {i: _slice(i, arrays[i], k) for i in est.optional_inputs}
         kw.update({p: float(v[k]) for p, v in params.items()})
-        out.append(ref(*args, **kw))
-    return np.asarray(out, np.float64)
+        value = ref(*args, **kw)
+        out.append(value if isinstance(value, dict) else {est.outputs[0]: value})
+    return {o: np.asarray([r[o] for r in out], np.float64) for o in est.outputs}
 
 
 @settings(max_examples=20, deadline=None)
@@ -107,14 +120,16 @@ def test_every_estimator_kernel_twin_and_reference_agree(seed, t, n, a, team, ti
             values = {p: v.astype(dtype) for p, v in params.items()}
             with jax.enable_x64(dtype == np.float64):
                 got = call_kernel(est, inputs, optional, values, n=n, dtype=np.dtype(dtype),
-                                  backend="jax")[name]
+                                  backend="jax")
             twin = call_kernel(est, inputs, optional, values, n=n, dtype=np.dtype(dtype),
-                               backend="numpy")[name]
-            scale = np.maximum(1.0, np.abs(want))
-            for label, out in (("kernel", got), ("twin", twin)):
-                assert out.dtype == dtype, (name, label)
-                np.testing.assert_allclose(out / scale, want / scale, rtol=0, atol=rtol,
-                                           err_msg=f"{name} {label} {np.dtype(dtype)}")
+                               backend="numpy")
+            for column in est.outputs:  # every output column, not only the score
+                scale = np.maximum(1.0, np.abs(want[column]))
+                for label, out in (("kernel", got[column]), ("twin", twin[column])):
+                    assert out.dtype == dtype, (column, label)
+                    np.testing.assert_allclose(
+                        out / scale, want[column] / scale, rtol=0, atol=rtol,
+                        err_msg=f"{name}: {column} {label} {np.dtype(dtype)}")
 
 
 def test_registry_declares_each_entry_completely():

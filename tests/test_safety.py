@@ -437,7 +437,8 @@ def test_method_all_says_what_it_left_out_and_why(tmp_path, capsys):
 
 def test_unknown_parameter_raises_naming_it_and_the_known_ones(tmp_path):
     corpus, _ = _corpus(tmp_path)
-    with pytest.raises(TypeError, match=r"'lamda'.*did you mean 'lam'.*lam \(sauce\)"):
+    with pytest.raises(TypeError,
+                       match=r"'lamda'.*did you mean 'lam'.*lam \(sauce, sauce_belief\)"):
         fastuq.score(corpus, "sauce", lamda=0.5)
 
 

@@ -158,32 +158,59 @@ class Batch:
                 self._cache[name] = pack_lists(self.column(name), dtype=self.dtype)
         return self._cache[name]
 
-    def _agreement_from_answers(self) -> tuple[np.ndarray, np.ndarray]:
-        """Agreement per round from the parsed ``answers``: equivalent answers (equal after
-        normalisation, or equal numbers: ``0.5`` and ``\\frac{1}{2}``; with ``math``, also
-        proven equal by math-verify) vote together. Each distinct answer string of the chunk
-        is normalised once; math-verify checks only pairs that meet in a round."""
-        import pyarrow.compute as pc
+    def vote_classes(self) -> tuple[pa.Array, np.ndarray]:
+        """The ``answers`` column and the vote class of every answer slot: ``(answers,
+        classes [S] int64)``, ``S`` the slots of ``pc.list_flatten(pc.list_flatten(answers))``
+        (``[record][round][agent]`` order). Equivalent answers (equal after normalisation, or
+        equal numbers: ``0.5`` and ``\\frac{1}{2}``; with ``math``, also proven equal by
+        math-verify) share an id; ``-1`` for a slot that casts no vote (null, empty or
+        unparseable). Each distinct answer string of the chunk is normalised once;
+        math-verify checks only pairs that meet in a round. Ids are labels of this chunk: only
+        their equality within a round means anything. Computed once per chunk and shared by
+        the agreement (:meth:`rounds`) and the packed classes (:meth:`answer_classes`)."""
+        if "vote_classes" not in self._cache:
+            import pyarrow.compute as pc
 
-        from fastuq.answers import vote_classes
-        from fastuq.io.arrow_lists import list_lengths
+            from fastuq.answers import vote_classes
+            from fastuq.io.arrow_lists import list_lengths
+
+            answers = self.column("answers")
+            rounds = pc.list_flatten(answers)
+            flat = pc.list_flatten(rounds)
+            enc = pc.dictionary_encode(flat.cast(pa.string()))
+            codes = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+
+            def group() -> np.ndarray:  # the round of every slot (math-verify checks only)
+                slots, _ = list_lengths(rounds)
+                return np.repeat(np.arange(len(rounds)), slots)
+
+            classes = vote_classes(enc.dictionary.to_pylist(), codes, group, math=self.math,
+                                   processes=self.processes)
+            self._cache["vote_classes"] = (answers, classes)
+        return self._cache["vote_classes"]
+
+    def _agreement_from_answers(self) -> tuple[np.ndarray, np.ndarray]:
+        """Agreement per round from the parsed ``answers``, the votes of :meth:`vote_classes`."""
         from fastuq.signals import agreement_from_answers
 
-        answers = self.column("answers")
-        rounds = pc.list_flatten(answers)
-        flat = pc.list_flatten(rounds)
-        enc = pc.dictionary_encode(flat.cast(pa.string()))
-        codes = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
-        def group() -> np.ndarray:  # the round of every slot (math-verify checks only)
-            slots, _ = list_lengths(rounds)
-            return np.repeat(np.arange(len(rounds)), slots)
-
-        classes = vote_classes(enc.dictionary.to_pylist(), codes, group, math=self.math,
-                               processes=self.processes)
+        answers, classes = self.vote_classes()
         n_agents = self.column("n_agents") if self._present("n_agents") else None
         values, mask = agreement_from_answers(answers, n_agents, classes=classes,
                                               ids=self.ids, padded=True)
         return values.astype(self.dtype), mask
+
+    def answer_classes(self) -> tuple[np.ndarray, np.ndarray]:
+        """The vote class of every node, packed: ``(answer_class [T, N, A] int32,
+        round_mask [T, N])`` with ``A`` = :attr:`n_slots`; ``-1`` where the agent cast no
+        vote (silent, null, empty or unparseable answer) and in padding. The classes are
+        those of :meth:`vote_classes`, the same the agreement counts."""
+        if "answer_classes" not in self._cache:
+            answers, classes = self.vote_classes()
+            values, node_mask, round_mask = pack_nodes(
+                answers, dtype=np.int32, n_agents=self.n_slots, fill=-1,
+                leaf_values=classes.astype(np.int32))
+            self._cache["answer_classes"] = (np.where(node_mask, values, -1), round_mask)
+        return self._cache["answer_classes"]
 
     def nodes(self, name: str) -> tuple[np.ndarray, ...]:
         """A node column as ``(values [T, N, A], node_mask [T, N, A], round_mask [T, N])``,

@@ -29,7 +29,19 @@ input               shape           built from
                                     ``node_entropy``)
 ``edges``           ``[T, N, A]``   the ``predecessors`` graph as bit rows (optional: the
                                     protocol default without it)
+``answer_class``    ``[T, N, A]``   the vote class of every node's ``answers`` entry, int32,
+                    int             the classes agreement counts (``Batch.vote_classes``);
+                                    -1 where the agent cast no vote and in padding; rounds
+                                    checked against ``round_mask``
+``belief``          ``[T, N, A]``   ``belief``, checked finite and in [0, 1] wherever given,
+                                    and given wherever the agent voted (``answer_class``
+                                    >= 0); rounds checked against ``round_mask``
+``n_agents``        ``[N]``         the initial team size: ``n_agents``, else the widest
+                                    round of ``answers`` (always present, >= 1)
 ==================  ==============  =====================================================
+
+``belief`` is required as a column: nothing derives it (from answer-token probabilities,
+say) yet.
 """
 
 from __future__ import annotations
@@ -284,6 +296,37 @@ def _edges(ctx: Context) -> np.ndarray | None:
     return ctx.batch.edges(_node_source(ctx.packing, ctx.inputs))
 
 
+def _answer_class(ctx: Context) -> np.ndarray:
+    mask = ctx.batch.rounds("agreement")[1]
+    classes, ans_mask = ctx.batch.answer_classes()
+    _same_rounds(ctx.batch, mask, ans_mask, "answers")
+    return classes
+
+
+def _belief(ctx: Context) -> np.ndarray:
+    """``belief [T, N, A]`` (NaN where null), checked: finite and in [0, 1] where given,
+    given where the agent voted, with the rounds of ``round_mask``."""
+    mask = ctx.batch.rounds("agreement")[1]
+    b, given, b_rounds = ctx.batch.nodes("belief")
+    _same_rounds(ctx.batch, mask, b_rounds, "belief")
+    with np.errstate(invalid="ignore"):
+        bad = given & ~(np.isfinite(b) & (b >= 0) & (b <= 1))
+    if bad.any():
+        _first_bad(ctx.batch, bad, "belief", "is not a finite probability in [0, 1]", b)
+    missing = (_answer_class(ctx) >= 0) & ~given
+    if missing.any():
+        n, t, a = np.unravel_index(int(np.argmax(missing.transpose(1, 0, 2))),
+                                   (b.shape[1], b.shape[0], b.shape[2]))
+        raise RecordError(
+            f"trajectory {ctx.batch.labels[int(n)]}, round {int(t)}, agent {int(a)}: belief "
+            f"is missing (null) where the agent answered (field belief)", row=int(n))
+    return b
+
+
+def _n_agents(ctx: Context) -> np.ndarray:
+    return np.maximum(ctx.batch.team_sizes("answers"), 1).astype(ctx.batch.dtype)
+
+
 def _cols(*names: str) -> Callable[[Mapping[str, object]], tuple[str, ...]]:
     return lambda packing: names
 
@@ -344,6 +387,12 @@ INPUTS: Mapping[str, PackedInput] = {
                     lambda batch, packing: True, _node_mask, "seq_logprob"),
         PackedInput("edges", 1, 0, _cols("predecessors"), _cols(),
                     lambda batch, packing: True, _edges, "predecessors"),
+        PackedInput("answer_class", 1, -1, _cols("answers", "n_agents"), _cols(),
+                    _has("answers"), _answer_class, "answers"),
+        PackedInput("belief", 1, 0.0, _cols("belief", "answers", "n_agents"), _cols(),
+                    _has("belief"), _belief, "belief"),
+        PackedInput("n_agents", 0, 1.0, _cols("n_agents", "answers"), _cols(),
+                    _has("answers"), _n_agents, "answers"),
     )
 }
 """Every packed input by name (see the module docstring)."""

@@ -333,6 +333,16 @@ CONFIDENCE = Param("confidence", default="msp", choices=CONFIDENCES, kernel=Fals
                    doc="node confidence: seq_logprob, per-token mean, or minus node entropy")
 
 
+BCCS_PARAMS = (
+    Param("theta_s", default=2.0 / 3.0, low=0.0, high=1.0,
+          doc="BCCS: full consensus needs the support share p_s above this"),
+    Param("theta_full", default=0.8, low=0.0, high=1.0,
+          doc="BCCS: full consensus needs the belief share p_b above this"),
+    Param("theta_partial", default=0.5, low=0.0, high=1.0,
+          doc="BCCS: partial consensus needs the belief share p_b above this"),
+)
+
+
 def _kernels(module: str, name: str) -> dict[str, str]:
     return {"kernel": f"{module}:{name}", "twin": f"{module}:{name}_numpy",
             "reference": f"{module}:{name}_reference"}
@@ -383,6 +393,19 @@ _BUILTIN = (
         name="weighted_agreement", inputs=("agreement", "token_entropy", "round_mask"),
         optional_inputs=("team_size",), **_kernels("baselines", "weighted_agreement"),
         description="minus the static precision-weighted agreement (weights 1/R_t)",
+    ),
+    Estimator(
+        name="bccs", inputs=("answer_class", "belief", "n_agents", "round_mask"),
+        params=BCCS_PARAMS, outputs=("bccs", "bccs_first_full", "bccs_leader"),
+        **_kernels("bccs", "bccs"),
+        description="BCCS: 1 - p_b of the last round, the belief share outside the support "
+                    "group (also: first full-consensus round, last round's leader slot)",
+    ),
+    Estimator(
+        name="sauce_belief",
+        inputs=("answer_class", "belief", "token_entropy", "round_mask"),
+        params=SAUCE_PARAMS, presets=SAUCE_PRESETS, **_kernels("bccs", "sauce_belief"),
+        description="SAUCE filtering BCCS's belief share p_b instead of agreement",
     ),
 )
 

@@ -215,7 +215,8 @@ def compiled_count() -> int:
     tests asserting that a second chunk of the same bucket shape does not recompile)."""
     total = sum(f._cache_size() for f in _PER_DEVICE.values())
 
-    for name in ("fastuq.kernels.sauce", "fastuq.kernels.umas", "fastuq.kernels.baselines"):
+    for name in ("fastuq.kernels.sauce", "fastuq.kernels.umas", "fastuq.kernels.baselines",
+                 "fastuq.kernels.bccs"):
         mod = sys.modules.get(name)
         if mod is None:
             continue

@@ -96,6 +96,7 @@ def pack_nodes(
     n_agents: int | None = None,
     n_padded: int | None = None,
     fill: float = np.nan,
+    leaf_values: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """An Arrow ``list<list<number>>`` node column (``[round][agent]`` per trajectory) to
     padded time-major arrays.
@@ -104,6 +105,10 @@ def pack_nodes(
       col: N trajectories; each a list of executed rounds, each round a list with one slot
         per agent of the initial team (null where the agent did not speak).
       t_max, n_agents, n_padded: sizes to allocate (defaults: the largest present, N).
+      dtype, fill: the values' dtype and the value of empty slots.
+      leaf_values: ``[S]`` values to pack instead of the column's own, one per slot of
+        ``pc.list_flatten(pc.list_flatten(col))`` (nulls included), e.g. the vote classes
+        of a string column; a slot is valid where the column's own value is non-null.
 
     Returns:
       ``values [T, n_padded, A]``, ``node_mask [T, n_padded, A]`` (true where the slot holds a
@@ -136,6 +141,13 @@ def pack_nodes(
     k_e = ramp(slot_len, parent=r_e)
     valid = flat.is_valid().to_numpy(zero_copy_only=False)
     t_e, n_e, k_e = t_r[r_e][valid], n_r[r_e][valid], k_e[valid]
-    values[t_e, n_e, k_e] = flat.drop_null().to_numpy(zero_copy_only=False)
+    if leaf_values is None:
+        values[t_e, n_e, k_e] = flat.drop_null().to_numpy(zero_copy_only=False)
+    else:
+        leaf_values = np.asarray(leaf_values)
+        if leaf_values.shape != (len(flat),):
+            raise ValueError(f"leaf_values must have one value per slot ({len(flat)}), got "
+                             f"shape {leaf_values.shape}")
+        values[t_e, n_e, k_e] = leaf_values[valid]
     node_mask[t_e, n_e, k_e] = True
     return values, node_mask, round_mask

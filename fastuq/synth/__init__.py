@@ -364,3 +364,8 @@ def main(argv: list[str] | None = None) -> int:
 def _chain(first: pa.Table, rest: Iterator[pa.Table]) -> Iterator[pa.Table]:
     yield first
     yield from rest
+
+
+# Opt-in `belief` column (fastuq/synth/beliefs.py): the default corpora above stay unchanged.
+from fastuq.synth.beliefs import add_beliefs as add_beliefs  # noqa: E402
+from fastuq.synth.beliefs import corpus_with_beliefs as corpus_with_beliefs  # noqa: E402
