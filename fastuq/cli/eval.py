@@ -65,6 +65,7 @@ def add_parser(sub) -> None:
     cs.add_dtype(ev, None, "kernel precision when scoring (default float64)")
     cs.add_backend(ev, None, "kernel backend when scoring (default jax)")
     cs.add_sauce_params(ev, " when scoring")
+    cs.add_param(ev)
     ev.add_argument("--chunk-rows", type=positive_int, default=1 << 18,
                     help="records per chunk when reading (default 262144)")
     cs.add_options(ev, params=True, output=False)
@@ -118,6 +119,8 @@ def _evaluate(args, source: Path, methods, metrics, info: dict):
         given = [cs.flag(k) for k in _SCORING_ONLY if getattr(args, k) is not None]
         if args.on_error != "raise":
             given.append("--on-error")
+        if args.param:
+            given.append("--param")
         if given:
             raise ValueError(f"{', '.join(given)} only apply when scoring, not with --scores "
                              "(give a skip run's list with --skipped)")

@@ -178,6 +178,31 @@ def corpus_source(prog: str, args: argparse.Namespace) -> Path | None:
     return Path(args.input)
 
 
+def add_param(p: argparse.ArgumentParser) -> None:
+    """Add ``--param NAME=VALUE`` (repeatable): a parameter of any registered estimator."""
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="a parameter of any registered estimator, repeatable (e.g. --param "
+                        "theta_s=0.7 for bccs; numbers are read as floats)")
+
+
+def parse_params(items: Sequence[str]) -> dict[str, Any]:
+    """``--param`` values as ``{name: float or str}``; ValueError for a malformed or repeated
+    entry."""
+    out: dict[str, Any] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise ValueError(f"--param takes NAME=VALUE, got {item!r}")
+        if name in out:
+            raise ValueError(f"--param {name} is given twice")
+        try:
+            out[name] = float(text)
+        except ValueError:
+            out[name] = text.strip()
+    return out
+
+
 def sauce_overrides(args: argparse.Namespace
                     ) -> tuple[dict[str, Any], dict[str, dict[str, float]] | None]:
     """``(SAUCE parameters, per-protocol --params or None)`` of :func:`add_sauce_params`'s
@@ -196,7 +221,11 @@ def sauce_overrides(args: argparse.Namespace
         from fastuq.fit import per_parameter
 
         params = per_parameter(per_protocol)
-    return params, per_protocol
+    extra = parse_params(getattr(args, "param", None) or [])
+    both = sorted(set(extra) & set(params))
+    if both:
+        raise ValueError(f"{both[0]} is given by --param and by {flag(both[0])} or --params")
+    return {**params, **extra}, per_protocol
 
 
 class Progress(ProgressBar):

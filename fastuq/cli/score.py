@@ -34,6 +34,7 @@ def add_parser(sub) -> None:
     cs.add_protocol(sc)
     cs.add_sauce_params(sc)
     cs.add_params(sc)
+    cs.add_param(sc)
     cs.add_noise(sc)
     sc.add_argument("--confidence", choices=("msp", "mean_logprob", "neg_entropy"),
                     help="UMAS node confidence (default msp: sum of token log-probabilities)")
@@ -145,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             with closing(ProgressBar(args.progress)) as bar:
                 report = score_file(
-                    source, output, methods=args.method, protocol=args.protocol, **sauce,
+                    source, output, methods=args.method, protocol=args.protocol, params=sauce,
                     dtype=args.dtype, backend=args.backend, chunk_rows=args.chunk_rows,
                     progress=bar, observation_noise=args.observation_noise,
                     confidence=args.confidence, on_error=args.on_error,

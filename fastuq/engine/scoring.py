@@ -714,6 +714,7 @@ def score_file(
     keep_scores: bool = False,
     max_skip_fraction: float | None = None,
     check: str = "corpus",
+    params: Mapping[str, object] | None = None,
 ) -> ScoreReport:
     """Score every trajectory of a corpus and write ``trajectory_id`` + one float64 column
     per estimator to Parquet, in input order, atomically (nothing appears at ``output`` on
@@ -744,6 +745,8 @@ def score_file(
       max_skip_fraction: with ``on_error="skip"``, the largest fraction of the records that
         may be skipped (default: any but all).
       check: which columns every record is checked against (see :func:`iter_scores`).
+      params: parameters of any registered estimator by name (as :func:`score`'s keywords;
+        a name also given by its own keyword above is a ValueError).
 
     Raises:
       OutputError: (a ValueError) ``output`` or the skip list would replace an input (also
@@ -775,7 +778,11 @@ def score_file(
     paths = input if isinstance(input, (list, tuple)) else [input]
     check_outputs([p for p in paths if isinstance(p, (str, os.PathLike))],
                   [("output", output, "parquet"), ("skipped_path", side, "jsonl")])
-    params = {"lam": lam, "q": q, "sigma2_0": sigma2_0, "mu_0": mu_0, "confidence": confidence}
+    named = {"lam": lam, "q": q, "sigma2_0": sigma2_0, "mu_0": mu_0, "confidence": confidence}
+    both = sorted(k for k, v in named.items() if v is not None and k in (params or {}))
+    if both:
+        raise ValueError(f"parameter {both[0]!r} is given twice (by its keyword and in params)")
+    params = {**{k: v for k, v in named.items() if v is not None}, **(params or {})}
     total = count_rows(input)
     report = ScoreReport(input=str(input), output=str(output))
     kept: dict[str, list[np.ndarray]] = {}
