@@ -15,7 +15,7 @@ grid, the Cartesian product of the given value lists, is cut into blocks of ``G 
 chunk_points`` points; the jitted SAUCE kernel scores a whole block at once (``jax.vmap``
 over the swept parameters, the others broadcast per trajectory from the protocol presets),
 giving ``[G, N]`` scores on the device; the block is pulled to the host, where every row is
-sorted once (:mod:`fastuq.metrics.rank_long`: float32 scores as unique packed 64-bit integer keys
+sorted once (:mod:`fastuq.metrics.rank`: float32 scores as unique packed 64-bit integer keys
 ``score_key << 32 | row << 1 | label`` through Polars' integer sort; float64 by a 4-pass LSD
 radix argsort; a thread pool over rows) and its exact metrics follow in O(N). The next block
 is scored while the current one is ranked. Peak memory is about ``2 x chunk_points x N``
@@ -601,9 +601,9 @@ def _pull(block, g: int, dtype: np.dtype) -> np.ndarray:
 
 
 def _rank_block(labels, x, metrics, points, names, **kwargs):
-    """:func:`~fastuq.metrics.rank_long.rank_metrics_rows` of a block, finiteness checked on the
+    """:func:`~fastuq.metrics.rank.rank_metrics_rows` of a block, finiteness checked on the
     way (a non-finite score names its grid point)."""
-    from fastuq.metrics.rank_long import NonFiniteScoreError, rank_metrics_rows
+    from fastuq.metrics.rank import NonFiniteScoreError, rank_metrics_rows
 
     try:
         return rank_metrics_rows(labels, x, metrics, check_finite=True, **kwargs)
@@ -722,7 +722,7 @@ def sweep(
     import polars as pl
 
     from fastuq.metrics.inputs import warn_single_class
-    from fastuq.metrics.rank_long import rank_metrics_rows
+    from fastuq.metrics.rank import rank_metrics_rows
 
     metrics = tuple(metrics)
     unknown = [m for m in metrics if m not in SWEEP_METRICS]
@@ -828,7 +828,7 @@ def _cv_summary(scorer, data, names, points, fold, train_sel, all_sel, select, p
                 threads) -> CVSummary:
     import polars as pl
 
-    from fastuq.metrics.rank_long import rank_metrics_rows
+    from fastuq.metrics.rank import rank_metrics_rows
 
     k = train_sel.shape[1]
     if np.isnan(train_sel).all(axis=0).any():
