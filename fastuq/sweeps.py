@@ -43,6 +43,8 @@ from typing import Any
 
 import numpy as np
 
+from fastuq.metrics.folds import stratified_folds
+
 __all__ = [
     "PARAMS",
     "SWEEP_METRICS",
@@ -489,26 +491,6 @@ def _grid_points(grid: Mapping[str, Any]) -> tuple[tuple[str, ...], np.ndarray]:
         lists.append(v)
     points = np.array(list(itertools.product(*lists)), np.float64).reshape(-1, len(names))
     return names, points
-
-
-def stratified_folds(labels: np.ndarray, k: int, seed: int = 0) -> np.ndarray:
-    """Fold index ``[N]`` (int) of every trajectory: scikit-learn's
-    ``StratifiedKFold(k, shuffle=True, random_state=seed)`` on the labels, the folds
-    :func:`fastuq.metrics.brier_platt` uses too."""
-    from sklearn.model_selection import StratifiedKFold
-
-    if int(k) != k or k < 2:
-        raise ValueError(f"folds must be an integer >= 2, got {k!r}")
-    labels = np.asarray(labels, bool)
-    smallest = min(int(labels.sum()), int((~labels).sum()))
-    if smallest < k:
-        raise ValueError(f"{k}-fold cross-validation needs at least {k} trajectories of each "
-                         f"class; the smaller class has {smallest}")
-    fold = np.empty(labels.shape[0], np.int64)
-    skf = StratifiedKFold(n_splits=int(k), shuffle=True, random_state=seed)
-    for f, (_, test) in enumerate(skf.split(np.zeros((labels.shape[0], 1)), labels)):
-        fold[test] = f
-    return fold
 
 
 # --------------------------------------------------------------------------- scoring
