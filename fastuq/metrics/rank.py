@@ -128,11 +128,11 @@ def _tie_corrections(
     """Per-column corrections ``[cb]`` of ``S2`` and ``U`` (module doc) for tie groups.
 
     ``ys [cb, N]`` bool labels in sorted order, ``same [cb, N-1]`` true where positions
-    ``j`` and ``j + 1`` tie. Only correct rows inside a tie group (size >= 2) are visited:
-    for such a row at position ``j`` in group ``[s, e]``, ``S2`` gains ``s + e - 2 j`` and
-    ``U`` gains ``mean_{s..e} h - h[j]`` over the tie-free values ``2 j`` and ``h[j]``. A
-    column's ``U`` terms are summed as ``np.sum`` of them alone (pairwise, in position
-    order), whatever the block.
+    ``j`` and ``j + 1`` tie. Only correct rows inside a tie group ``[s, e]`` (size >= 2)
+    count: such a row at position ``j`` adds ``s + e - 2 j`` to ``S2`` and ``mean_{s..e} h -
+    h[j]`` to ``U`` over their tie-free values ``2 j`` and ``h[j]``. A column's ``U`` terms
+    are summed as ``np.sum`` of them alone (pairwise, in position order), whatever the
+    block; the ``S2`` corrections are integers, summed exactly.
     """
     cb, n = ys.shape
     d_s2, d_u = np.zeros(cb), np.zeros(cb)
@@ -144,29 +144,32 @@ def _tie_corrections(
         return d_s2, d_u
     continues = np.zeros((cb, n), bool)
     continues[:, 1:] = same  # equal to the previous position in the same column
-    starts = ~continues.ravel()[pos]
-    gid = np.cumsum(starts) - 1
-    start_idx = np.flatnonzero(starts)
-    first = pos[start_idx]
+    start_idx = np.flatnonzero(~continues.ravel()[pos])  # [G] each group's first row in pos
+    first = pos[start_idx]  # [G] flat positions s, e of each group
     last = np.empty_like(first)
     last[:-1] = pos[start_idx[1:] - 1]
     last[-1] = pos[-1]
     correct = ys.ravel()[pos]
-    pos, gid = pos[correct], gid[correct]
-    if pos.size == 0:
+    n_correct = np.add.reduceat(correct, start_idx, dtype=np.int64)  # [G]
+    if not n_correct.any():
         return d_s2, d_u
-    s, e = first[gid], last[gid]
-    col = pos // n
+    col = first // n  # [G] each group's column
     base = col * n
-    j, js, je = pos - base, s - base, e - base
-    terms = (hcum[je + 1] - hcum[js]) / (je - js + 1) - h[j]
-    d_s2 = np.bincount(col, weights=s + e - 2 * pos, minlength=cb)  # integers: exact
+    s, e = first - base, last - base  # positions within the column
+    mean_h = (hcum[e + 1] - hcum[s]) / (e - s + 1)  # [G]
+    # S2: per group, (s + e) per correct row - 2 (sum of their positions); int64, exact.
+    pos_sum = np.add.reduceat(np.where(correct, pos, 0), start_idx)
+    d_s2 = np.bincount(col, weights=n_correct * (first + last) - 2 * pos_sum, minlength=cb)
+    # U: per correct row (in position order) its group's mean of h minus its own h.
+    pos = pos[correct]
+    j = pos if cb == 1 else pos - np.repeat(base, n_correct)
+    terms = np.repeat(mean_h, n_correct) - h[j]
     if cb == 1:
         d_u[0] = terms.sum()
         return d_s2, d_u
     # np.sum of each column's terms, vectorised over the columns with as many terms: a
     # [k, L] matrix summed along its rows (per row, the same pairwise sum as np.sum).
-    count = np.bincount(col, minlength=cb)
+    count = np.bincount(col, weights=n_correct, minlength=cb).astype(np.int64)
     offset = np.cumsum(count) - count
     by_count = np.argsort(count, kind="stable")
     for group in np.split(by_count, np.flatnonzero(np.diff(count[by_count])) + 1):
@@ -177,37 +180,37 @@ def _tie_corrections(
 
 
 def _metrics_from_sorted(
-    ys: np.ndarray, same: np.ndarray, p: int, which: Sequence[str]
+    ys: np.ndarray, same: np.ndarray, which: Sequence[str]
 ) -> dict[str, np.ndarray]:
     """AUROC / AUARC / PRR ``[cb]`` float64 of a block of sorted columns.
 
-    ``ys [cb, N]`` bool: each column's labels in stable ascending-score order, ``p`` of
-    them true in every column; ``same [cb, N-1]`` bool: true where sorted positions ``j``
-    and ``j + 1`` hold equal scores. AUROC and PRR are NaN for single-class labels (no
-    warning here); ``N = 0`` gives NaN everywhere. Every sum over a column is a NumPy
-    (pairwise) sum over that column alone, so a column's values do not depend on the block
-    it is computed in, nor on the sort strategy; sums of integers are exact.
+    ``ys [cb, N]`` bool: each column's labels in stable ascending-score order (the same
+    number ``P`` of them true in every column); ``same [cb, N-1]`` bool: true where sorted
+    positions ``j`` and ``j + 1`` hold equal scores. AUROC and PRR are NaN for single-class
+    labels (no warning here); ``N = 0`` gives NaN everywhere. Every sum over a column is a
+    NumPy (pairwise) sum over that column alone, so a column's values do not depend on the
+    block it is computed in, nor on the sort strategy; sums of integers are exact.
     """
     cb, n = ys.shape
-    out = {name: np.full(cb, np.nan) for name in which}
-    if n == 0:
-        return out
-    h, hcum = _harmonic(n)
-    j = np.flatnonzero(ys).reshape(cb, p)  # [cb, P] positions of the correct rows
-    if cb > 1:
-        j -= (np.arange(cb) * n)[:, None]
-    dot_h = np.take(h, j).sum(axis=1)  # [cb] sum_j ys[j] h[j]
-    if "auarc" in out:
-        out["auarc"] = dot_h / n
-    if p == 0 or p == n or not ({"auroc", "prr"} & out.keys()):
-        return out
-    d_s2, d_u = _tie_corrections(ys, same, h, hcum)
-    if "auroc" in out:
-        s2 = 2.0 * j.sum(axis=1) + d_s2
-        out["auroc"] = (2.0 * p * n - s2 - p * (p + 1.0)) / (2.0 * p * (n - p))
-    if "prr" in out:
-        out["prr"] = (dot_h + d_u - p) / (p * h[p])
-    return out
+    out: dict[str, np.ndarray] = {}
+    if n:
+        h, hcum = _harmonic(n)
+        j = np.flatnonzero(ys)
+        p = j.size // cb
+        j = j.reshape(cb, p)  # [cb, P] positions of the correct rows
+        if cb > 1:
+            j -= (np.arange(cb) * n)[:, None]
+        dot_h = np.take(h, j).sum(axis=1)  # [cb] sum_j ys[j] h[j]
+        if "auarc" in which:
+            out["auarc"] = dot_h / n
+        if 0 < p < n and ("auroc" in which or "prr" in which):
+            d_s2, d_u = _tie_corrections(ys, same, h, hcum)
+            if "auroc" in which:
+                s2 = 2.0 * j.sum(axis=1) + d_s2
+                out["auroc"] = (2.0 * p * n - s2 - p * (p + 1.0)) / (2.0 * p * (n - p))
+            if "prr" in which:
+                out["prr"] = (dot_h + d_u - p) / (p * h[p])
+    return {name: out[name] if name in out else np.full(cb, np.nan) for name in which}
 
 
 def metrics_from_sorted(
@@ -216,9 +219,7 @@ def metrics_from_sorted(
     """AUROC / AUARC / PRR from labels in stable ascending-score order ``ys [N]`` (bool) and
     the tie flags ``same [N-1]`` (see :func:`sorted_labels`). AUROC and PRR are NaN for
     single-class labels (no warning here); ``N = 0`` gives NaN everywhere."""
-    ys = np.asarray(ys, bool)
-    out = _metrics_from_sorted(ys[None], np.asarray(same, bool)[None],
-                               int(np.count_nonzero(ys)), tuple(which))
+    out = _metrics_from_sorted(np.asarray(ys, bool)[None], np.asarray(same, bool)[None], which)
     return {name: float(v[0]) for name, v in out.items()}
 
 
@@ -435,7 +436,7 @@ def rank_metrics(
     for c0 in range(0, c, cb):
         c1 = min(c, c0 + cb)
         ys, same = _sort_block(x[:, c0:c1], labels, low)
-        for name, values in _metrics_from_sorted(ys, same, p, which).items():
+        for name, values in _metrics_from_sorted(ys, same, which).items():
             out[name][c0:c1] = values
     return out
 
