@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from fastuq.metrics.folds import stratified_folds
+from fastuq.metrics.platt import PlattConvergenceWarning, platt_fit
 from fastuq.sweeps import PARAMS, SauceData, check_protocol_params, load_sauce_data
 
 __all__ = ["OBJECTIVES", "FitResult", "fit_sauce", "load_params", "per_parameter"]
@@ -260,8 +261,6 @@ def _platt(scores: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     ``[N]`` and labels ``y [N]`` bool (both classes): :func:`fastuq.metrics.platt.platt_fit`
     unpenalised, clipped to the bounds of the Adam parameters (where separable scores, with
     no finite maximum, end up)."""
-    from fastuq.metrics.platt import PlattConvergenceWarning, platt_fit
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PlattConvergenceWarning)
         alpha, beta = platt_fit(np.asarray(y, bool), np.asarray(scores)[:, None], C=None)
