@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _default_threads() -> int:
-    from fastuq.metrics.rank_long import default_threads
+    from fastuq.metrics.rank import default_threads
 
     return default_threads()
 

@@ -38,6 +38,7 @@ import polars as pl
 import pyarrow as pa
 
 from fastuq.metrics import METRICS, evaluate, platt_oof_probabilities
+from fastuq.metrics.ece import bin_edges, bin_index, ece_matrix
 
 __all__ = [
     "EXPECTABLE",
@@ -601,13 +602,13 @@ def reliability_bins(
     p = np.asarray(probabilities, dtype=np.float64)
     if p.shape != y.shape or p.ndim != 1:
         raise ValueError(f"labels {y.shape} and probabilities {p.shape} must be [N] alike")
-    edges = np.arange(n_bins + 1, dtype=np.float64) / n_bins
-    idx = np.minimum(np.searchsorted(edges, p, side="right") - 1, n_bins - 1)
+    idx = bin_index(p, n_bins)
     count = np.bincount(idx, minlength=n_bins).astype(np.int64)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_p = np.bincount(idx, weights=p, minlength=n_bins) / count
         acc = np.bincount(idx, weights=y, minlength=n_bins) / count
-    return {"edges": edges, "count": count, "mean_probability": mean_p, "accuracy": acc}
+    return {"edges": bin_edges(n_bins), "count": count, "mean_probability": mean_p,
+            "accuracy": acc}
 
 
 def accuracy_coverage(labels: Any, scores: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -663,9 +664,8 @@ def plot_reliability(
     b = reliability_bins(labels, probabilities, n_bins=n_bins)
     n = int(b["count"].sum())
     filled = b["count"] > 0
-    ece_value = float(
-        np.sum(b["count"][filled] * np.abs(b["accuracy"] - b["mean_probability"])[filled]) / n
-    )
+    p = np.asarray(probabilities, dtype=np.float64)
+    ece_value = float(ece_matrix(np.asarray(_labels_array(labels)), p[:, None], n_bins)[0])
     width = 1.0 / n_bins
     centers = b["edges"][:-1] + width / 2
     fig = _figure(5.0, 6.0)

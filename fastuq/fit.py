@@ -19,8 +19,9 @@ Objectives (both minimised, both differentiable in the four parameters):
 
 * ``"platt_logloss"`` -- the log-loss of a one-feature logistic regression (Platt scaling) of
   ``correct`` on the score, ``P(correct) = sigmoid(alpha + beta * score)``, its two
-  parameters optimised jointly with SAUCE's. They start at the Platt fit (Newton's method)
-  on the starting scores, and are refitted the same way on the final scores.
+  parameters optimised jointly with SAUCE's. They start at the maximum-likelihood Platt fit
+  (:func:`fastuq.metrics.platt.platt_fit`, Newton's method) on the starting scores, and are
+  refitted the same way on the final scores.
 * ``"soft_auroc"`` -- ``1 - AUROC`` made smooth: the mean over (correct i, wrong j) pairs of
   ``sigmoid((s_i - s_j) / (tau * sd))``, with the scores standardised by their standard
   deviation ``sd`` (so the loss cannot shrink by rescaling scores). Each step draws
@@ -52,13 +53,9 @@ from typing import Any
 
 import numpy as np
 
-from fastuq.sweeps import (
-    PARAMS,
-    SauceData,
-    check_protocol_params,
-    load_sauce_data,
-    stratified_folds,
-)
+from fastuq.metrics.folds import stratified_folds
+from fastuq.metrics.platt import PlattConvergenceWarning, platt_fit
+from fastuq.sweeps import PARAMS, SauceData, check_protocol_params, load_sauce_data
 
 __all__ = ["OBJECTIVES", "FitResult", "fit_sauce", "load_params", "per_parameter"]
 
@@ -259,24 +256,16 @@ def _from_raw(raw: np.ndarray) -> dict[str, float]:
     }
 
 
-def _platt_newton(scores: np.ndarray, y: np.ndarray, iters: int = 100) -> tuple[float, float]:
-    """Maximum-likelihood ``(alpha, beta)`` of ``P(y) = sigmoid(alpha + beta s)`` (Newton)."""
-    s = np.asarray(scores, np.float64)
-    yy = np.asarray(y, np.float64)
-    mean_y = min(max(yy.mean(), 1e-6), 1 - 1e-6)
-    theta = np.array([math.log(mean_y / (1 - mean_y)), 0.0])
-    x2 = np.stack([np.ones_like(s), s])
-    for _ in range(iters):
-        p = 1.0 / (1.0 + np.exp(-(theta[0] + theta[1] * s)))
-        g = x2 @ (p - yy) / s.size
-        w = p * (1 - p)
-        hess = (x2 * w) @ x2.T / s.size + 1e-10 * np.eye(2)
-        step = np.linalg.solve(hess, g)
-        theta -= step
-        theta = np.clip(theta, _LOW[4:], _HIGH[4:])
-        if np.abs(step).max() < 1e-12:
-            break
-    return float(theta[0]), float(theta[1])
+def _platt(scores: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Maximum-likelihood ``(alpha, beta)`` of ``P(y) = sigmoid(alpha + beta s)`` for scores
+    ``[N]`` and labels ``y [N]`` bool (both classes): :func:`fastuq.metrics.platt.platt_fit`
+    unpenalised, clipped to the bounds of the Adam parameters (where separable scores, with
+    no finite maximum, end up)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PlattConvergenceWarning)
+        alpha, beta = platt_fit(np.asarray(y, bool), np.asarray(scores)[:, None], C=None)
+    return (float(np.clip(alpha[0], _LOW[4], _HIGH[4])),
+            float(np.clip(beta[0], _LOW[5], _HIGH[5])))
 
 
 def _logloss(scores: np.ndarray, y: np.ndarray, alpha: float, beta: float) -> float:
@@ -407,7 +396,7 @@ def _fit_one(
         raise ValueError(f"protocol {name!r}: the training trajectories are all "
                          f"{'correct' if n_pos else 'wrong'}; cannot fit")
     s_start = _scores(data, init, dtype)
-    platt0 = _platt_newton(s_start, y)
+    platt0 = _platt(s_start, y)
     rng = np.random.default_rng([seed, 1])
     pos_rows, neg_rows = np.flatnonzero(y), np.flatnonzero(~y)
     eval_pos = rng.choice(pos_rows, min(pos_rows.size, 2048), replace=False)
@@ -450,7 +439,7 @@ def _fit_one(
     s_end = _scores(data, params, dtype)
     if not np.isfinite(s_end).all():
         params, s_end = dict(init), s_start
-    platt = _platt_newton(s_end, y)
+    platt = _platt(s_end, y)
     end = objective_value(s_end, platt)
     if not end <= start:
         warnings.warn(

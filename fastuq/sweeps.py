@@ -15,7 +15,7 @@ grid, the Cartesian product of the given value lists, is cut into blocks of ``G 
 chunk_points`` points; the jitted SAUCE kernel scores a whole block at once (``jax.vmap``
 over the swept parameters, the others broadcast per trajectory from the protocol presets),
 giving ``[G, N]`` scores on the device; the block is pulled to the host, where every row is
-sorted once (:mod:`fastuq.metrics.rank_long`: float32 scores as unique packed 64-bit integer keys
+sorted once (:mod:`fastuq.metrics.rank`: float32 scores as unique packed 64-bit integer keys
 ``score_key << 32 | row << 1 | label`` through Polars' integer sort; float64 by a 4-pass LSD
 radix argsort; a thread pool over rows) and its exact metrics follow in O(N). The next block
 is scored while the current one is ranked. Peak memory is about ``2 x chunk_points x N``
@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from fastuq.engine.registry import SAUCE_PARAMS
+from fastuq.metrics.folds import stratified_folds
 
 __all__ = [
     "PARAMS",
@@ -492,26 +493,6 @@ def _grid_points(grid: Mapping[str, Any]) -> tuple[tuple[str, ...], np.ndarray]:
     return names, points
 
 
-def stratified_folds(labels: np.ndarray, k: int, seed: int = 0) -> np.ndarray:
-    """Fold index ``[N]`` (int) of every trajectory: scikit-learn's
-    ``StratifiedKFold(k, shuffle=True, random_state=seed)`` on the labels, the folds
-    :func:`fastuq.metrics.brier_platt` uses too."""
-    from sklearn.model_selection import StratifiedKFold
-
-    if int(k) != k or k < 2:
-        raise ValueError(f"folds must be an integer >= 2, got {k!r}")
-    labels = np.asarray(labels, bool)
-    smallest = min(int(labels.sum()), int((~labels).sum()))
-    if smallest < k:
-        raise ValueError(f"{k}-fold cross-validation needs at least {k} trajectories of each "
-                         f"class; the smaller class has {smallest}")
-    fold = np.empty(labels.shape[0], np.int64)
-    skf = StratifiedKFold(n_splits=int(k), shuffle=True, random_state=seed)
-    for f, (_, test) in enumerate(skf.split(np.zeros((labels.shape[0], 1)), labels)):
-        fold[test] = f
-    return fold
-
-
 # --------------------------------------------------------------------------- scoring
 
 
@@ -604,9 +585,9 @@ def _pull(block, g: int, dtype: np.dtype) -> np.ndarray:
 
 
 def _rank_block(labels, x, metrics, points, names, **kwargs):
-    """:func:`~fastuq.metrics.rank_long.rank_metrics_rows` of a block, finiteness checked on the
+    """:func:`~fastuq.metrics.rank.rank_metrics_rows` of a block, finiteness checked on the
     way (a non-finite score names its grid point)."""
-    from fastuq.metrics.rank_long import NonFiniteScoreError, rank_metrics_rows
+    from fastuq.metrics.rank import NonFiniteScoreError, rank_metrics_rows
 
     try:
         return rank_metrics_rows(labels, x, metrics, check_finite=True, **kwargs)
@@ -724,7 +705,7 @@ def sweep(
     import polars as pl
 
     from fastuq.metrics.inputs import warn_single_class
-    from fastuq.metrics.rank_long import rank_metrics_rows
+    from fastuq.metrics.rank import rank_metrics_rows
 
     metrics = tuple(metrics)
     unknown = [m for m in metrics if m not in SWEEP_METRICS]
@@ -830,7 +811,7 @@ def _cv_summary(scorer, data, names, points, fold, train_sel, all_sel, select, p
                 threads) -> CVSummary:
     import polars as pl
 
-    from fastuq.metrics.rank_long import rank_metrics_rows
+    from fastuq.metrics.rank import rank_metrics_rows
 
     k = train_sel.shape[1]
     if np.isnan(train_sel).all(axis=0).any():

@@ -1,4 +1,4 @@
-"""Tests of fastuq.sweeps (grid sweeps, CV selection, heatmap, CLI) and fastuq.metrics.rank_long.
+"""Tests of fastuq.sweeps (grid sweeps, CV selection, heatmap, CLI) and fastuq.metrics.rank.
 
 Tolerances: rank metrics vs scikit-learn / plain stable-argsort loops 1e-12 (all exact up to
 float64 rounding). A sweep point vs an independent ``sauce_batch`` + ``fastuq.metrics`` run:
@@ -24,7 +24,7 @@ import fastuq.sweeps as sweep_mod
 from fastuq import cli
 from fastuq.engine.batch import Batch
 from fastuq.metrics import auarc, auroc, prr
-from fastuq.metrics import rank_long as rf
+from fastuq.metrics import rank as rf
 from fastuq.sweeps import load_sauce_data, parse_values, stratified_folds, sweep
 from fastuq.synth import corpus
 
@@ -398,7 +398,7 @@ def test_heatmap_single_parameter_draws_a_line(tmp_path, mixed):
 
 def test_imports_do_not_load_jax():
     code = ("import sys, fastuq.sweeps, fastuq.fit, fastuq.cli.sweep, fastuq.cli.fit, "
-            "fastuq.metrics.rank_long; assert 'jax' not in sys.modules, 'jax imported'")
+            "fastuq.metrics.rank; assert 'jax' not in sys.modules, 'jax imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -1,23 +1,34 @@
-"""Expected calibration error of many probability columns with one ``np.bincount``."""
+"""Expected calibration error of many probability columns with one ``np.bincount``, and the
+equal-width binning it uses (shared with :func:`fastuq.evaluation.reliability_bins`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["ece_matrix"]
+__all__ = ["bin_edges", "bin_index", "ece_matrix"]
+
+
+def bin_edges(n_bins: int) -> np.ndarray:
+    """Edges ``[n_bins + 1]`` float64 ``i / n_bins`` of ``n_bins`` equal-width bins on [0, 1]."""
+    return np.arange(n_bins + 1, dtype=np.float64) / n_bins
+
+
+def bin_index(prob: np.ndarray, n_bins: int) -> np.ndarray:
+    """Bin (intp, the shape of ``prob``) of each probability in [0, 1]: bin ``i`` is
+    ``[i/n_bins, (i+1)/n_bins)`` (edges :func:`bin_edges`), the last bin closed."""
+    idx = np.searchsorted(bin_edges(n_bins), prob, side="right") - 1
+    np.minimum(idx, n_bins - 1, out=idx)
+    return idx
 
 
 def ece_matrix(labels: np.ndarray, prob: np.ndarray, n_bins: int = 15) -> np.ndarray:
     """ECE ``[C]`` float64 of validated probabilities ``prob [N, C]`` in [0, 1].
 
-    Bin ``i`` is ``[i/n_bins, (i+1)/n_bins)`` (edges ``i / n_bins`` as float64; the last bin
-    is closed), and ``ECE = sum_i (n_i / N) |mean label_i - mean prob_i|
+    Bins as :func:`bin_index`, and ``ECE = sum_i (n_i / N) |mean label_i - mean prob_i|
     = (1/N) sum_i |sum label_i - sum prob_i|`` (empty bins add nothing).
     """
     n, c = prob.shape
-    edges = np.arange(n_bins + 1, dtype=np.float64) / n_bins
-    idx = np.searchsorted(edges, prob, side="right") - 1  # [N, C]
-    np.minimum(idx, n_bins - 1, out=idx)
+    idx = bin_index(prob, n_bins)  # [N, C]
     idx += np.arange(c, dtype=idx.dtype) * n_bins
     flat = idx.ravel()
     sum_p = np.bincount(flat, weights=prob.ravel(), minlength=c * n_bins)

@@ -20,6 +20,10 @@ solved by Newton's method with a closed-form 2x2 solve per (fold, column), step 
 where the objective would rise, and the sums over rows streamed in chunks of about
 :data:`CHUNK_ELEMENTS` (folds x rows x columns) elements. Probabilities of held-out rows
 use their own fold's standardisation and parameters.
+
+:func:`platt_fit` runs the same fit once on all rows (one training part holding every row)
+and maps ``(v, b)`` back to the score's own scale (:mod:`fastuq.fit` reports those
+coefficients, unpenalised).
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ import warnings
 
 import numpy as np
 
-__all__ = ["CHUNK_ELEMENTS", "PlattConvergenceWarning", "oof_platt", "stratified_folds"]
+from fastuq.metrics.folds import stratified_folds
+
+__all__ = ["CHUNK_ELEMENTS", "PlattConvergenceWarning", "oof_platt", "platt_fit"]
 
 #: Folds x rows x columns per streamed chunk (float64 temporaries of 2 MiB, cache-sized).
 CHUNK_ELEMENTS = 1 << 18
@@ -38,18 +44,6 @@ _STEP_TOL = 1e-11
 
 class PlattConvergenceWarning(UserWarning):
     """Newton's method did not converge (for example, separable data with ``C=None``)."""
-
-
-def stratified_folds(labels: np.ndarray, n_folds: int, seed: int) -> np.ndarray:
-    """Fold index ``[N]`` int64 of each row's held-out fold, from scikit-learn's
-    ``StratifiedKFold(n_splits=n_folds, shuffle=True, random_state=seed)``."""
-    from sklearn.model_selection import StratifiedKFold
-
-    skf = StratifiedKFold(n_splits=n_folds, shuffle=True, random_state=seed)
-    fold = np.empty(labels.shape[0], np.int64)
-    for f, (_, test) in enumerate(skf.split(np.zeros((labels.shape[0], 1)), labels)):
-        fold[test] = f
-    return fold
 
 
 def _penalty(c: float | None) -> float:
@@ -69,15 +63,10 @@ def _standardised(x: np.ndarray, r0: int, rows: int, mean: np.ndarray, scale: np
     return z
 
 
-def _fold_moments(x: np.ndarray, fold: np.ndarray, train: np.ndarray, rows: int):
-    """Each fold's training mean and population standard deviation ``[F, C]`` of ``x``.
-
-    A column whose training part holds one value gets that value as its mean (so ``z`` is
-    exactly 0 there) and scale 1, as scikit-learn's ``StandardScaler`` does."""
-    n, nc = x.shape
-    nf = train.shape[0]
-    n_train = train.sum(axis=1)[:, None]  # [F, 1]
-    # Per-fold extremes give each training part's extremes (the other folds' min / max).
+def _fold_extremes(x: np.ndarray, fold: np.ndarray, nf: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each fold's training part's minimum and maximum ``[F, C]`` of ``x`` (the other
+    folds' extremes, from per-fold extremes)."""
+    nc = x.shape[1]
     lo = np.empty((nf, nc))
     hi = np.empty((nf, nc))
     for f in range(nf):
@@ -87,6 +76,20 @@ def _fold_moments(x: np.ndarray, fold: np.ndarray, train: np.ndarray, rows: int)
     others = ~np.eye(nf, dtype=bool)
     t_lo = np.array([lo[others[f]].min(axis=0) for f in range(nf)])
     t_hi = np.array([hi[others[f]].max(axis=0) for f in range(nf)])
+    return t_lo, t_hi
+
+
+def _fold_moments(
+    x: np.ndarray, train: np.ndarray, t_lo: np.ndarray, t_hi: np.ndarray, rows: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each fit's training mean and population standard deviation ``[F, C]`` of ``x``.
+
+    ``train [F, N]`` (0 / 1) marks each fit's training rows, ``t_lo, t_hi [F, C]`` their
+    extremes. A column whose training part holds one value gets that value as its mean (so
+    ``z`` is exactly 0 there) and scale 1, as scikit-learn's ``StandardScaler`` does."""
+    n, nc = x.shape
+    nf = train.shape[0]
+    n_train = train.sum(axis=1)[:, None]  # [F, 1]
     const = t_lo == t_hi
     # Two streamed passes in float64: the mean (about the column's mean), then the variance.
     centre = x.mean(axis=0, dtype=np.float64)
@@ -146,29 +149,22 @@ def _pass(x, train, mean, scale, v, b, *, rows):
     return sums[..., 0]
 
 
-def oof_platt(
-    labels: np.ndarray,
+def _newton(
     x: np.ndarray,
-    *,
-    n_folds: int = 5,
-    seed: int = 0,
-    C: float | None = 1.0,
-) -> np.ndarray:
-    """Out-of-fold Platt probabilities ``[N, C]`` float64 for validated ``x [N, C]``.
-
-    ``labels`` is bool ``[N]`` with at least 2 rows of each class (the caller checks).
-    """
-    n, nc = x.shape
-    fold = stratified_folds(labels, n_folds, seed)
-    nf = int(fold.max()) + 1
-    train = (fold[None, :] != np.arange(nf)[:, None]).astype(np.float64)  # [F, N]
-    y = labels.astype(np.float64)
-
-    rows = max(1, CHUNK_ELEMENTS // max(1, nf * nc))
-    mean, scale = _fold_moments(x, fold, train, rows)  # [F, C] each
-    lam = _penalty(C)
-
-    # Training-row sums of y and y z per fold: the loss's linear part is analytic,
+    train: np.ndarray,
+    y: np.ndarray,
+    mean: np.ndarray,
+    scale: np.ndarray,
+    lam: float,
+    rows: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Platt parameters ``(v, b)`` ``[F, C]`` of every fit (module doc): the minimiser of
+    ``0.5 lam v**2 + sum_{training i} logloss(y_i, v z_i + b)`` with ``z = (x - mean) /
+    scale``, for ``x [N, C]``, training rows ``train [F, N]`` (0 / 1), labels ``y [N]``
+    (0 / 1 float64) and the fits' standardisation ``mean, scale [F, C]``."""
+    n = x.shape[0]
+    nf, nc = mean.shape
+    # Training-row sums of y and y z per fit: the loss's linear part is analytic,
     # sum_i y_i t_i = v * syz + b * sy.
     sy = (train @ y)[:, None]  # [F, 1]
     syz = np.zeros((nf, nc))
@@ -216,8 +212,30 @@ def oof_platt(
             f"Platt scaling: Newton's method did not converge in {_MAX_ITER} iterations for "
             f"{int((~done).sum())} (fold, column) fits (separable scores with C=None?)",
             PlattConvergenceWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
+    return v, b
+
+
+def oof_platt(
+    labels: np.ndarray,
+    x: np.ndarray,
+    *,
+    n_folds: int = 5,
+    seed: int = 0,
+    C: float | None = 1.0,
+) -> np.ndarray:
+    """Out-of-fold Platt probabilities ``[N, C]`` float64 for validated ``x [N, C]``.
+
+    ``labels`` is bool ``[N]`` with at least 2 rows of each class (the caller checks).
+    """
+    n, nc = x.shape
+    fold = stratified_folds(labels, n_folds, seed, check_classes=False)
+    nf = int(fold.max()) + 1
+    train = (fold[None, :] != np.arange(nf)[:, None]).astype(np.float64)  # [F, N]
+    rows = max(1, CHUNK_ELEMENTS // max(1, nf * nc))
+    mean, scale = _fold_moments(x, train, *_fold_extremes(x, fold, nf), rows)  # [F, C] each
+    v, b = _newton(x, train, labels.astype(np.float64), mean, scale, _penalty(C), rows)
 
     out = np.empty((n, nc), np.float64)
     step = rows * nf
@@ -229,6 +247,30 @@ def oof_platt(
         t += b[f]
         out[sl] = _sigmoid(t)
     return out
+
+
+def platt_fit(
+    labels: np.ndarray, x: np.ndarray, *, C: float | None = 1.0
+) -> tuple[np.ndarray, np.ndarray]:
+    """In-sample Platt scaling of every column of validated ``x [N, C]``: ``(alpha [C],
+    beta [C])`` float64 of ``P(correct) = sigmoid(alpha + beta * x)``.
+
+    The same fit as :func:`oof_platt`'s, on all rows at once (one training part holding
+    every row): standardised score, penalty ``C`` on the standardised slope (``C=None``:
+    none, the maximum-likelihood fit, which does not depend on the standardisation), then
+    mapped back to the score's own scale, ``beta = v / d``, ``alpha = b - beta m``.
+    ``labels`` is bool ``[N]`` holding both classes. :class:`PlattConvergenceWarning` when
+    Newton's method does not converge (separable scores with ``C=None``).
+    """
+    n, nc = x.shape
+    train = np.ones((1, n))
+    rows = max(1, CHUNK_ELEMENTS // max(1, nc))
+    lo = x.min(axis=0)[None].astype(np.float64)
+    hi = x.max(axis=0)[None].astype(np.float64)
+    mean, scale = _fold_moments(x, train, lo, hi, rows)  # [1, C] each
+    v, b = _newton(x, train, labels.astype(np.float64), mean, scale, _penalty(C), rows)
+    beta = v[0] / scale[0]
+    return b[0] - beta * mean[0], beta
 
 
 def _sigmoid(t: np.ndarray) -> np.ndarray:
