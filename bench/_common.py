@@ -311,3 +311,27 @@ def replace_section(path: Path, name: str, body: str) -> bool:
     new = text[: i + len(begin)] + "\n" + body.strip("\n") + "\n" + text[j:]
     path.write_text(new)
     return True
+
+
+def add_output_args(p) -> None:
+    """``--out``, ``--no-readme``, ``--from-json`` and the hidden ``--worker`` that the
+    benchmarks with a README section share."""
+    import argparse
+
+    p.add_argument("--out", type=Path, default=None, help="results JSON path")
+    p.add_argument("--no-readme", action="store_true", help="do not rewrite bench/README.md")
+    p.add_argument("--from-json", type=Path, default=None,
+                   help="measure nothing: re-render the table (and README section) from a "
+                        "results JSON written by an earlier run")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+
+
+def rerender(path: Path, name: str, render: Callable[[dict[str, Any]], str],
+             no_readme: bool) -> None:
+    """``--from-json``: print the section ``render`` makes of saved results and, unless
+    ``no_readme``, put it into bench/README.md."""
+    data = json.loads(Path(path).read_text())
+    text = render(data)
+    print(text)
+    if not no_readme and replace_section(README, name, text):
+        print(f"updated the {name} section of {README}", file=sys.stderr)

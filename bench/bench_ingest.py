@@ -1216,25 +1216,19 @@ def main(argv: list[str] | None = None) -> None:
                         "`fastuq score` uses)")
     p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE,
                    help=f"where the corpora are generated once and kept (default {DEFAULT_CACHE})")
-    p.add_argument("--out", type=Path, default=None, help="results JSON path")
-    p.add_argument("--no-readme", action="store_true", help="do not rewrite bench/README.md")
-    p.add_argument("--from-json", type=Path, default=None,
-                   help="measure nothing: re-render the table (and README section) from a "
-                        "results JSON written by an earlier run")
-    p.add_argument("--worker", help=argparse.SUPPRESS)
+    bc.add_output_args(p)
     args = p.parse_args(argv)
     if args.worker:
         worker_main(args.worker)
         return
     if args.from_json:
-        data = json.loads(args.from_json.read_text())
-        data["headline"] = headline(data)
-        data["table"] = build_table(data)
-        data["big_table"] = build_big_table(data)
-        text = render(data)
-        print(text)
-        if not args.no_readme and bc.replace_section(bc.README, NAME, text):
-            _log(f"updated the {NAME} section of {bc.README}")
+        def rebuild(data):
+            data["headline"] = headline(data)
+            data["table"] = build_table(data)
+            data["big_table"] = build_big_table(data)
+            return render(data)
+
+        bc.rerender(args.from_json, NAME, rebuild, args.no_readme)
         return
 
     q = args.quick

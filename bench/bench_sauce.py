@@ -568,25 +568,19 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--explore", action="store_true",
                    help="also time other arrangements of the JAX kernel (unroll factors, "
                         "cache-sized column blocks) at the largest N, float32")
-    p.add_argument("--out", type=Path, default=None, help="results JSON path")
-    p.add_argument("--no-readme", action="store_true", help="do not rewrite bench/README.md")
-    p.add_argument("--from-json", type=Path, default=None,
-                   help="measure nothing: re-render the table (and README section) from a "
-                        "results JSON written by an earlier run")
-    p.add_argument("--worker", help=argparse.SUPPRESS)
+    bc.add_output_args(p)
     args = p.parse_args(argv)
     if args.worker:
         worker_main(args.worker)
         return
     if args.from_json:
-        data = json.loads(args.from_json.read_text())
-        data["table"] = build_table(data)
-        data["explore_table"] = build_explore_table(data)
-        data["headline"] = headline(data)
-        text = render(data)
-        print(text)
-        if not args.no_readme and bc.replace_section(bc.README, NAME, text):
-            print(f"updated the {NAME} section of {bc.README}", file=sys.stderr)
+        def rebuild(data):
+            data["table"] = build_table(data)
+            data["explore_table"] = build_explore_table(data)
+            data["headline"] = headline(data)
+            return render(data)
+
+        bc.rerender(args.from_json, NAME, rebuild, args.no_readme)
         return
 
     q = args.quick

@@ -65,7 +65,7 @@ import numpy as np
 from jax import lax
 
 from .baselines import default_unroll, slot_sum
-from .sauce import SauceParams, sauce_reference, sauce_scan, sauce_scan_numpy
+from .sauce import sauce, sauce_numpy, sauce_reference
 
 __all__ = [
     "FULL",
@@ -475,8 +475,7 @@ def sauce_belief(
     """``[N]`` SAUCE (``-mean_t mu_t``) with the belief share ``p_b`` of
     :func:`belief_agreement` as the observation ``M_t`` instead of agreement."""
     p_b = belief_agreement(answer_class, belief, round_mask)
-    return sauce_scan(p_b, token_entropy, round_mask, SauceParams(lam, q, sigma2_0, mu_0),
-                      fields=("score",))["score"]
+    return sauce(p_b, token_entropy, round_mask, lam=lam, q=q, sigma2_0=sigma2_0, mu_0=mu_0)
 
 
 def sauce_belief_numpy(
@@ -492,8 +491,8 @@ def sauce_belief_numpy(
 ) -> np.ndarray:
     """NumPy twin of :func:`sauce_belief`."""
     p_b = belief_agreement_numpy(answer_class, belief, round_mask)
-    return sauce_scan_numpy(p_b, token_entropy, round_mask,
-                            SauceParams(lam, q, sigma2_0, mu_0), fields=("score",))["score"]
+    return sauce_numpy(p_b, token_entropy, round_mask, lam=lam, q=q, sigma2_0=sigma2_0,
+                       mu_0=mu_0)
 
 
 # ----------------------------------------------------------------------------------------
