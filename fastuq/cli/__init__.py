@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "select": "fastuq.cli.select",
     "sweep": "fastuq.cli.sweep",
     "fit": "fastuq.cli.fit",
+    "gate": "fastuq.cli.gate",
 }
 
 

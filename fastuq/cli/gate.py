@@ -1,0 +1,136 @@
+"""``fastuq gate``: calibrate a pass/fail threshold on a score column whose failure rate among
+passed items is at most alpha with confidence 1 - delta (:func:`fastuq.gate.calibrate_threshold`).
+
+Exit status: 0 on success (also when no threshold passes the test: the gate then passes
+nothing, and says so), 2 when the calibration could not be done (bad input, missing labels, a
+failed join, a refused output).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+from fastuq.cli import options as cs
+from fastuq.cli import positive_int
+
+
+def _open_fraction(text: str) -> float:
+    """argparse type: a number strictly between 0 and 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1), got {value}")
+    return value
+
+
+def add_parser(sub) -> None:
+    """Register ``gate`` on the subparsers ``sub``."""
+    p = cs.subcommand(
+        sub, "gate",
+        help="calibrate a score threshold whose failure rate among passed items is <= alpha",
+        description=(
+            "Calibrate a gate on score column --score against CORPUS's 'correct' labels: the "
+            "loosest threshold such that the failure rate (correct false) among the items it "
+            "passes is <= --alpha with confidence 1 - --delta (fixed-sequence testing over the "
+            "distinct score values, strictest first, with a one-sided Clopper-Pearson bound). "
+            "Items pass iff score <= threshold (uncertainty scores; --higher-passes: score >= "
+            "threshold, for confidence scores). Prints the threshold, n, pass rate and failure "
+            "rate; -o writes the verdict per trajectory. Exit status: 0 ok, 2 error."
+        ),
+        epilog="with --scores from a 'score --on-error skip' run, --skipped PATH names that "
+               "run's skipped list (default: SCORES.skipped.jsonl when it exists): corpus "
+               "trajectories listed there are left out and counted",
+    )
+    p.add_argument("corpus", metavar="CORPUS",
+                   help="labelled corpus (Parquet, JSONL or JSONL.gz); without --scores it "
+                        "must hold the score column itself (Parquet, CSV or Arrow IPC)")
+    p.add_argument("--scores", metavar="SCORES",
+                   help="scores file (Parquet, CSV or Arrow IPC; trajectory_id + score "
+                        "columns, e.g. from 'fastuq score'), joined to CORPUS by trajectory_id")
+    p.add_argument("--score", required=True, metavar="COLUMN",
+                   help="the score column to gate on (e.g. sauce)")
+    p.add_argument("--alpha", type=_open_fraction, default=0.1,
+                   help="target failure rate among passed items (default 0.1)")
+    p.add_argument("--delta", type=_open_fraction, default=0.05,
+                   help="allowed probability that the guarantee fails (default 0.05)")
+    p.add_argument("--higher-passes", action="store_true",
+                   help="pass iff score >= threshold (a confidence score) instead of score <= "
+                        "threshold (an uncertainty score, the default)")
+    p.add_argument("-o", "--output", metavar="VERDICTS.parquet",
+                   help="write trajectory_id, the score and passed (bool) per trajectory")
+    p.add_argument("--skipped", metavar="PATH",
+                   help="skipped list of the 'score --on-error skip' run that wrote --scores")
+    p.add_argument("--chunk-rows", type=positive_int, default=1 << 18,
+                   help="records per chunk when reading (default 262144)")
+
+
+def _fmt(x: float) -> str:
+    return "n/a" if math.isnan(x) else f"{x:.4f}"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``fastuq gate``; returns the exit status (0 ok, 2 error)."""
+    from fastuq import evaluation as ev
+    from fastuq.io.writers import cli_check_outputs
+
+    prog = "fastuq gate"
+    source = Path(args.corpus)
+    rc = cli_check_outputs(prog, [source, args.scores], [("-o", args.output, "parquet")])
+    if rc is not None:
+        return rc
+    skipped = 0
+    try:
+        labels = ev.read_labels(source, chunk_rows=args.chunk_rows)
+        scores = ev.read_scores(args.scores or source, [args.score])
+        if args.scores:
+            listing = cs.skipped_path(args, source, args.scores)
+            if args.skipped or listing.exists():
+                kept = ev.drop_skipped(labels, scores, ev.read_skipped(listing))
+                skipped = labels.height - kept.height
+                labels = kept
+        elif args.skipped:
+            raise ValueError("--skipped only applies with --scores")
+        joined = ev.join_labels(labels, scores)
+        from fastuq.gate import calibrate_threshold
+
+        values = joined[args.score].cast(float).fill_null(math.nan).to_numpy()
+        gate = calibrate_threshold(values, joined["correct"].to_numpy(), args.alpha,
+                                   args.delta, higher_passes=args.higher_passes)
+    except (ValueError, FileNotFoundError) as exc:
+        return cs.fail(prog, exc)
+    if skipped:
+        print(f"{prog}: skipped {skipped:,} record(s) listed in the skipped list; gating the "
+              f"{joined.height:,} scored", file=sys.stderr)
+
+    op = ">=" if gate.higher_passes else "<="
+    print(f"{source.name}: {gate.n_calibration:,} trajectories, score {args.score!r}, "
+          f"alpha {gate.alpha:g}, delta {gate.delta:g}")
+    if gate.passes_any:
+        print(f"threshold: pass iff {args.score} {op} {gate.threshold:.10g}")
+    else:
+        print("threshold: none (even the strictest threshold fails the test; the gate passes "
+              "nothing)")
+    print(f"passed: {gate.n_passed:,} of {gate.n_calibration:,} (pass rate "
+          f"{gate.pass_rate:.4f})")
+    print(f"failures among passed: {gate.failures:,} (failure rate "
+          f"{_fmt(gate.failure_rate)}, {1 - gate.delta:g} upper bound "
+          f"{_fmt(gate.upper_bound)})")
+
+    if args.output:
+        import pyarrow as pa
+
+        from fastuq.io.writers import atomic_write_parquet
+
+        table = pa.table({
+            "trajectory_id": pa.array(joined["trajectory_id"].to_list(), pa.string()),
+            args.score: pa.array(values, pa.float64()),
+            "passed": pa.array(gate.passes(values), pa.bool_()),
+        })
+        atomic_write_parquet(table, args.output)
+        print(f"wrote {args.output}", file=sys.stderr)
+    return 0

@@ -1,0 +1,267 @@
+"""``fastuq.gate.calibrate_threshold`` and ``fastuq gate``.
+
+References are computed apart from the module: the Clopper-Pearson bound by bisection on the
+exact binomial CDF (``math.comb``) and by ``scipy.stats.binomtest(...).proportion_ci``
+(two-sided at 1 - 2 delta = one-sided at 1 - delta), thresholds by hand or by a plain loop
+over the candidates. Tolerance on bounds: 1e-9.
+
+The guarantee is checked by simulation: scores u ~ U(0, 1), an item fails with probability u^2,
+so the failure rate among the items passed at threshold t (u <= t) is exactly E[u^2 | u <= t] =
+t^2 / 3 on the population (an infinite test split). Over 2,000 independent calibration draws
+the share of draws whose calibrated threshold has population failure rate > alpha must be <= delta +
+3 sqrt(delta (1 - delta) / 2000) (binomial slack).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from scipy.stats import binomtest
+
+from fastuq.cli import main
+from fastuq.gate import calibrate_threshold, clopper_pearson_upper
+
+
+def _binom_cdf(k: int, n: int, p: float) -> float:
+    return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k + 1))
+
+
+def _cp_upper(k: int, n: int, delta: float) -> float:
+    """The p with P(Binomial(n, p) <= k) = delta, by bisection (1 when k == n)."""
+    if k >= n:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if _binom_cdf(k, n, mid) > delta:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def _reference(scores, correct, alpha, delta):
+    """Fixed-sequence testing by a plain loop, starting at the first candidate where zero
+    failures would be rejected: (threshold, n passed, failures), or None."""
+    best = None
+    for t in sorted(set(scores)):
+        passed = [c for s, c in zip(scores, correct, strict=True) if s <= t]
+        if _cp_upper(0, len(passed), delta) > alpha:
+            continue  # no rejection possible yet: not in the sequence
+        k = sum(not c for c in passed)
+        if _cp_upper(k, len(passed), delta) > alpha:
+            break
+        best = (t, len(passed), k)
+    return best
+
+
+@pytest.mark.parametrize("k,n", [(0, 1), (0, 5), (1, 10), (3, 10), (9, 10), (10, 10), (7, 200)])
+def test_clopper_pearson_matches_bisection_and_binomtest(k, n):
+    delta = 0.05
+    got = float(clopper_pearson_upper(k, n, delta))
+    assert got == pytest.approx(_cp_upper(k, n, delta), abs=1e-9)
+    ci = binomtest(k, n).proportion_ci(confidence_level=1 - 2 * delta, method="exact")
+    assert got == pytest.approx(ci.high, abs=1e-9)
+
+
+def test_hand_worked_ten_items():
+    # Scores 1..10; items 1-5 and 7 correct, 6 and 8-10 wrong; passing the j lowest gives
+    # failures k = 0,0,0,0,0,1,1,2,3,4. Bounds by _cp_upper (one-sided CP, delta 0.1):
+    # j=1..10: .900 .684 .536 .438 .369 .510 .453 .538 .599 .646.
+    scores = np.arange(1.0, 11.0)
+    correct = np.array([1, 1, 1, 1, 1, 0, 1, 0, 0, 0], bool)
+    # alpha .5, delta .1: the sequence starts at j=4 (log .1 / log .5 = 3.3), j=4,5 pass,
+    # j=6 (.510) fails: threshold 5.
+    assert _cp_upper(0, 3, 0.1) > 0.5 >= _cp_upper(0, 4, 0.1)
+    assert _cp_upper(0, 5, 0.1) <= 0.5 < _cp_upper(1, 6, 0.1)
+    g = calibrate_threshold(scores, correct, 0.5, 0.1)
+    assert (g.threshold, g.n_passed, g.failures, g.pass_rate) == (5.0, 5, 0, 0.5)
+    assert g.failure_rate == 0 and g.upper_bound == pytest.approx(_cp_upper(0, 5, 0.1))
+    assert g.passes(scores).tolist() == [True] * 5 + [False] * 5
+    # alpha .95: every bound <= .95: everything passes.
+    g = calibrate_threshold(scores, correct, 0.95, 0.1)
+    assert (g.threshold, g.n_passed, g.failures) == (10.0, 10, 4)
+    assert g.upper_bound == pytest.approx(_cp_upper(4, 10, 0.1), abs=1e-9)
+    # alpha .2: a rejection needs j >= 11 (log .1 / log .8 = 10.3): nothing passes.
+    g = calibrate_threshold(scores, correct, 0.2, 0.1)
+    assert not g.passes_any and g.threshold == -math.inf and g.n_passed == 0
+    assert math.isnan(g.failure_rate) and not g.passes(scores).any()
+    # alpha .3, delta .5: bounds .5 .293 .206 .159 .129 .264 .228 .321 ...: start j=2,
+    # j=8 fails: threshold 7 (k=1).
+    g = calibrate_threshold(scores, correct, 0.3, 0.5)
+    assert _cp_upper(1, 7, 0.5) <= 0.3 < _cp_upper(2, 8, 0.5)
+    assert (g.threshold, g.n_passed, g.failures) == (7.0, 7, 1)
+    assert g.pass_rate == 0.7 and g.failure_rate == pytest.approx(1 / 7)
+    assert g.upper_bound == pytest.approx(_cp_upper(1, 7, 0.5), abs=1e-9)
+    for alpha, delta in ((0.5, 0.1), (0.95, 0.1), (0.2, 0.1), (0.3, 0.5)):
+        ref = _reference(scores.tolist(), correct.tolist(), alpha, delta)
+        g = calibrate_threshold(scores, correct, alpha, delta)
+        assert ref == ((g.threshold, g.n_passed, g.failures) if g.passes_any else None)
+
+
+def test_stops_at_first_failure_even_if_later_candidates_pass():
+    # 20 correct, then 1 wrong, then 200 correct: the bound at j=21 exceeds alpha though the
+    # loosest threshold's bound is below it. Fixed sequence stops: threshold 19 (20 passed).
+    scores = np.arange(221.0)
+    correct = np.ones(221, bool)
+    correct[20] = False
+    alpha, delta = 0.2, 0.05
+    assert _cp_upper(0, 20, delta) <= alpha < _cp_upper(1, 21, delta)
+    assert _cp_upper(1, 221, delta) <= alpha
+    g = calibrate_threshold(scores, correct, alpha, delta)
+    assert (g.threshold, g.n_passed, g.failures) == (19.0, 20, 0)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_matches_loop_reference_with_ties(seed):
+    rng = np.random.default_rng(seed)
+    scores = rng.integers(0, 8, 60).astype(float)  # many ties
+    correct = rng.random(60) > scores / 12
+    for alpha, delta in ((0.2, 0.1), (0.35, 0.05), (0.5, 0.2)):
+        g = calibrate_threshold(scores, correct, alpha, delta)
+        ref = _reference(scores.tolist(), correct.tolist(), alpha, delta)
+        if ref is None:
+            assert not g.passes_any
+        else:
+            assert (g.threshold, g.n_passed, g.failures) == ref
+            assert g.passes(scores).sum() == g.n_passed
+
+
+def test_ties_pass_together():
+    scores = [0.1, 0.1, 0.2, 0.2, 0.2, 0.3]
+    correct = [True, True, True, False, False, True]
+    # delta .5: candidate .1 passes 2 (k=0, bound .293), .2 passes 5 (k=2, bound .5),
+    # .3 passes 6 (k=2).
+    assert _cp_upper(0, 2, 0.5) <= 0.3 < _cp_upper(2, 5, 0.5)
+    g = calibrate_threshold(scores, correct, 0.3, 0.5)
+    assert (g.threshold, g.n_passed, g.failures) == (0.1, 2, 0)
+    assert max(_cp_upper(2, 5, 0.5), _cp_upper(2, 6, 0.5)) <= 0.55
+    g = calibrate_threshold(scores, correct, 0.55, 0.5)
+    assert (g.threshold, g.n_passed, g.failures) == (0.3, 6, 2)
+    # alpha .28: the first candidate with a possible rejection would need 3 items; the tie
+    # group at .2 jumps from 2 to 5 passed, with 2 failures: bound .5 > .28: nothing.
+    assert _cp_upper(0, 2, 0.5) > 0.28 >= _cp_upper(0, 3, 0.5)
+    assert not calibrate_threshold(scores, correct, 0.28, 0.5).passes_any
+
+
+def test_all_correct_all_wrong_single_item():
+    s = np.linspace(0, 1, 100)
+    g = calibrate_threshold(s, np.ones(100, bool), 0.05, 0.05)  # needs n >= 59
+    assert (g.threshold, g.n_passed, g.failures, g.pass_rate) == (1.0, 100, 0, 1.0)
+    assert g.upper_bound == pytest.approx(1 - 0.05 ** (1 / 100))
+    g = calibrate_threshold(s, np.zeros(100, int), 0.5, 0.05)
+    assert not g.passes_any and g.threshold == -math.inf
+    assert not calibrate_threshold([0.3], [True], 0.1, 0.05).passes_any  # bound 0.95
+    g = calibrate_threshold([0.3], [1], 0.96, 0.05)
+    assert (g.threshold, g.n_passed, g.upper_bound) == (0.3, 1, pytest.approx(0.95))
+
+
+def test_higher_passes_mirrors_the_default():
+    rng = np.random.default_rng(7)
+    conf = rng.random(300)
+    correct = rng.random(300) < conf  # higher confidence, more often correct
+    g = calibrate_threshold(conf, correct, 0.15, 0.05, higher_passes=True)
+    m = calibrate_threshold(-conf, correct, 0.15, 0.05)
+    assert g.passes_any
+    assert g.threshold == -m.threshold and g.n_passed == m.n_passed
+    assert g.failures == m.failures and g.upper_bound == m.upper_bound
+    assert g.passes(conf).sum() == g.n_passed
+    assert (conf[g.passes(conf)] >= g.threshold).all()
+    none = calibrate_threshold([0.5], [True], 0.1, 0.05, higher_passes=True)
+    assert none.threshold == math.inf and not none.passes([1.0]).any()
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(scores=[1, 2], correct=[True]), "length"),
+    (dict(scores=[], correct=[]), "no calibration"),
+    (dict(scores=[1, float("nan")], correct=[1, 0]), "finite"),
+    (dict(scores=[1, float("inf")], correct=[1, 0]), "finite"),
+    (dict(scores=[1, 2], correct=[1, 2]), "0/1"),
+    (dict(scores=[1, 2], correct=["a", "b"]), "bool"),
+    (dict(scores=[[1, 2]], correct=[1]), "1-D"),
+    (dict(scores=[1], correct=[1], alpha=0), "alpha"),
+    (dict(scores=[1], correct=[1], alpha=1.0), "alpha"),
+    (dict(scores=[1], correct=[1], delta=1.5), "delta"),
+    (dict(scores=[1], correct=[1], delta="x"), "delta"),
+])
+def test_validation(kwargs, match):
+    kw = dict(alpha=0.1, delta=0.05) | kwargs
+    with pytest.raises(ValueError, match=match):
+        calibrate_threshold(kw["scores"], kw["correct"], kw["alpha"], kw["delta"])
+
+
+def test_guarantee_by_simulation():
+    rng = np.random.default_rng(20261201)
+    alpha, delta, n_cal, splits = 0.1, 0.05, 1000, 2000
+    violations = passed_any = 0
+    for _ in range(splits):
+        u = rng.random(n_cal)
+        correct = rng.random(n_cal) >= u**2  # fails with probability u^2
+        g = calibrate_threshold(u, correct, alpha, delta)
+        if g.passes_any:
+            passed_any += 1
+            violations += min(g.threshold, 1.0) ** 2 / 3 > alpha  # population rate t^2 / 3
+    assert passed_any > 0.95 * splits  # not vacuous: a threshold is found almost always
+    assert violations / splits <= delta + 3 * math.sqrt(delta * (1 - delta) / splits)
+
+
+# --- CLI ------------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def files(tmp_path):
+    rng = np.random.default_rng(3)
+    n = 400
+    u = rng.random(n)
+    correct = rng.random(n) >= u**2
+    ids = [f"t{i}" for i in range(n)]
+    corpus = tmp_path / "corpus.parquet"
+    pq.write_table(pa.table({"trajectory_id": ids, "correct": correct, "sauce": u}), corpus)
+    scores = tmp_path / "scores.parquet"
+    order = rng.permutation(n)  # the scores file in another order
+    pq.write_table(pa.table({"trajectory_id": [ids[i] for i in order], "sauce": u[order]}),
+                   scores)
+    return dict(corpus=corpus, scores=scores, u=u, correct=correct, ids=ids)
+
+
+def test_cli_gate(files, tmp_path, capsys):
+    out = tmp_path / "verdicts.parquet"
+    rc = main(["gate", str(files["corpus"]), "--scores", str(files["scores"]), "--score",
+               "sauce", "--alpha", "0.2", "--delta", "0.1", "-o", str(out)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    g = calibrate_threshold(files["u"], files["correct"], 0.2, 0.1)
+    assert g.passes_any
+    assert f"pass iff sauce <= {g.threshold:.10g}" in text
+    assert f"passed: {g.n_passed:,} of 400 (pass rate {g.pass_rate:.4f})" in text
+    assert f"failure rate {g.failure_rate:.4f}" in text
+    table = pq.read_table(out)
+    assert table.column_names == ["trajectory_id", "sauce", "passed"]
+    assert table["trajectory_id"].to_pylist() == files["ids"]  # corpus order
+    assert table["passed"].to_pylist() == (files["u"] <= g.threshold).tolist()
+    # the corpus holds the score column itself: --scores may be omitted, same verdict
+    rc = main(["gate", str(files["corpus"]), "--score", "sauce", "--alpha", "0.2",
+               "--delta", "0.1"])
+    assert rc == 0 and f"pass iff sauce <= {g.threshold:.10g}" in capsys.readouterr().out
+
+
+def test_cli_gate_higher_passes_and_none(files, capsys):
+    rc = main(["gate", str(files["corpus"]), "--score", "sauce", "--higher-passes",
+               "--alpha", "0.05"])
+    assert rc == 0
+    assert "threshold: none" in capsys.readouterr().out
+
+
+def test_cli_gate_errors(files, tmp_path, capsys):
+    corpus = str(files["corpus"])
+    assert main(["gate", corpus, "--score", "nope"]) == 2
+    assert "no score column 'nope'" in capsys.readouterr().err
+    assert main(["gate", corpus, "--score", "sauce", "-o", corpus]) == 2
+    assert "cannot write" in capsys.readouterr().err
+    assert not (tmp_path / "x.parquet").exists()
+    with pytest.raises(SystemExit):
+        main(["gate", corpus, "--score", "sauce", "--alpha", "1.5"])
