@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["GateCalibration", "calibrate_threshold", "clopper_pearson_upper"]
+__all__ = ["GateCalibration", "calibrate_threshold", "clopper_pearson_upper", "consistency_scores"]
 
 
 @dataclass(frozen=True)
@@ -187,3 +187,88 @@ def calibrate_threshold(scores: Any, correct: Any, alpha: float, delta: float, *
     n, f = int(n_passed[j]), int(k[j])
     return GateCalibration(thr, higher_passes, n_cal, n, n / n_cal, f, f / n, float(bound[j]),
                            alpha, delta)
+
+
+# ------------------------------------------------------------------------------------------
+# The gate's own score: agreement of a candidate with its k samples
+
+#: A number as the gate reads it (the *last* one in a text is its final answer).
+NUMBER = r"-?\d+(?:\.\d+)?"
+#: A token of the token sets: a run of lowercase letters or digits (after lowercasing).
+TOKEN = r"[a-z0-9]+"
+
+
+def consistency_scores(candidates: Any, samples: Any) -> np.ndarray:
+    """``[N]`` gate score in [0, 1] of each candidate against its samples (higher = more
+    consistent; pass iff ``score >= threshold``, so calibrate with ``higher_passes=True``).
+
+    Per sample (DESIGN.md, "Consistency gate"): 1.0 when the last numbers of candidate and
+    sample are equal (as numbers: ``3`` and ``3.0`` match) or their normalised texts are
+    equal (lowercased, runs of whitespace made one space, stripped); else the Jaccard index
+    of their token sets (tokens: runs of ``[a-z0-9]`` after lowercasing; a candidate without
+    tokens has index 0). The score is the mean over the *usable* samples (non-empty after
+    normalisation), clamped to [0, 1]; a candidate without a usable sample scores 0 (the
+    gate fails closed).
+
+    Vectorized over whole columns with Polars (regex extraction, exploded token rows, a join
+    on ``(item, token hash)``): no per-item Python loop.
+
+    Args:
+      candidates: ``[N]`` strings (a list, NumPy or Arrow array; null = empty).
+      samples: ``[N]`` lists of strings, ``k`` per item (ragged; a null sample is unusable).
+    """
+    import polars as pl
+    import pyarrow as pa
+
+    cand = pl.Series("text", pa.array(candidates, pa.large_string())
+                     if not isinstance(candidates, (pa.Array, pa.ChunkedArray))
+                     else candidates).cast(pl.String)
+    samp = pl.Series("text", pa.array(samples, pa.large_list(pa.large_string()))
+                     if not isinstance(samples, (pa.Array, pa.ChunkedArray))
+                     else samples).cast(pl.List(pl.String))
+    n = len(cand)
+    if len(samp) != n:
+        raise ValueError(f"samples has {len(samp)} items for {n} candidates")
+    if n == 0:
+        return np.zeros(0)
+
+    def prepared(frame: pl.DataFrame) -> pl.DataFrame:
+        norm = (pl.col("text").fill_null("").str.to_lowercase()
+                .str.replace_all(r"\s+", " ").str.strip_chars())
+        return frame.with_columns(norm.alias("norm")).with_columns(
+            pl.col("norm").str.extract_all(NUMBER).list.last().cast(pl.Float64,
+                                                                    strict=False).alias("num"),
+            pl.col("norm").str.extract_all(TOKEN).alias("tokens"),
+        )
+
+    c = prepared(pl.DataFrame({"item": np.arange(n), "text": cand}))
+    s = prepared(pl.DataFrame({"item": np.arange(n), "text": samp})
+                 .explode("text").with_row_index("sample"))
+    s = s.filter(pl.col("norm").str.len_bytes() > 0)  # usable samples only
+
+    def token_rows(frame: pl.DataFrame, key: list[str]) -> pl.DataFrame:
+        return (frame.select(*key, "tokens").explode("tokens").drop_nulls("tokens")
+                .with_columns(pl.col("tokens").hash(seed=0).alias("h")).select(*key, "h")
+                .unique())
+
+    c_tok = token_rows(c, ["item"])
+    s_tok = token_rows(s, ["item", "sample"])
+    c_size = c_tok.group_by("item").len("a")
+    s_size = s_tok.group_by("sample").len("b")
+    inter = s_tok.join(c_tok, on=["item", "h"]).group_by("sample").len("inter")
+    per = (s.select("item", "sample", "norm", "num")
+           .join(c.select("item", pl.col("norm").alias("c_norm"), pl.col("num").alias("c_num")),
+                 on="item")
+           .join(c_size, on="item", how="left").join(s_size, on="sample", how="left")
+           .join(inter, on="sample", how="left")
+           .with_columns(pl.col("a", "b", "inter").fill_null(0)))
+    union = pl.col("a") + pl.col("b") - pl.col("inter")
+    jaccard = pl.when(union > 0).then(pl.col("inter") / union).otherwise(0.0)
+    exact = ((pl.col("num").is_not_null() & (pl.col("num") == pl.col("c_num")))
+             | (pl.col("norm") == pl.col("c_norm")))
+    agree = per.with_columns(pl.when(exact).then(1.0).otherwise(jaccard).alias("agree"))
+    mean = agree.group_by("item").agg(pl.col("agree").mean())
+    out = np.zeros(n)
+    items = mean["item"].to_numpy()
+    out[items] = np.clip(mean["agree"].to_numpy(), 0.0, 1.0)
+    return out

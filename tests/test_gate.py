@@ -265,3 +265,70 @@ def test_cli_gate_errors(files, tmp_path, capsys):
     assert not (tmp_path / "x.parquet").exists()
     with pytest.raises(SystemExit):
         main(["gate", corpus, "--score", "sauce", "--alpha", "1.5"])
+
+
+# --- the gate's agreement score ------------------------------------------------------------
+
+
+def _reference_score(candidate, samples) -> float:
+    """The definition, item by item in plain Python (written apart from fastuq.gate)."""
+    import re
+
+    def norm(text):
+        return re.sub(r"\s+", " ", (text or "").lower()).strip()
+
+    def last_number(text):
+        found = re.findall(r"-?\d+(?:\.\d+)?", text)
+        return float(found[-1]) if found else None
+
+    def tokens(text):
+        return set(re.findall(r"[a-z0-9]+", text))
+
+    c = norm(candidate)
+    values = []
+    for sample in samples or []:
+        s = norm(sample)
+        if not s:
+            continue
+        cn, sn = last_number(c), last_number(s)
+        if (sn is not None and cn == sn) or s == c:
+            values.append(1.0)
+            continue
+        a, b = tokens(c), tokens(s)
+        values.append(len(a & b) / len(a | b) if a | b else 0.0)
+    return min(1.0, max(0.0, sum(values) / len(values))) if values else 0.0
+
+
+def test_consistency_scores_hand_worked():
+    from fastuq.gate import consistency_scores
+
+    got = consistency_scores(
+        ["The answer is 42.", "Paris is the capital", "", "x", "  Yes  ", "3 apples"],
+        [["so 42", "It is 41", ""], ["paris   is the CAPITAL", "The capital: Paris!"], ["a"],
+         [None, "  "], ["yes"], ["3.0", "4 apples"]])
+    # 42 = 42 -> 1; {is} of 6 tokens -> 1/6; the empty sample is not usable
+    # equal after normalising -> 1; {the, capital, paris} of 4 -> 3/4
+    # no candidate tokens -> 0; no usable sample -> 0 (fails closed); whitespace and case -> 1
+    # 3 = 3.0 as numbers -> 1; last numbers 3 and 4 differ, {apples} of {3, 4, apples} -> 1/3
+    want = [(1 + 1 / 6) / 2, (1 + 3 / 4) / 2, 0.0, 0.0, 1.0, (1 + 1 / 3) / 2]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)
+
+
+def test_consistency_scores_match_the_definition_on_random_texts():
+    from fastuq.gate import consistency_scores
+
+    rng = np.random.default_rng(4)
+    words = ["The", "answer", "is", "42", "41", "-3", "2.5", "x", "Paris", "  ", "\n", "so",
+             "=", "3.0", "3"]
+
+    def text():
+        if rng.random() < 0.1:
+            return rng.choice(["", "   ", None])
+        return " ".join(rng.choice(words, rng.integers(1, 8)).tolist())
+
+    candidates = [text() for _ in range(300)]
+    samples = [[text() for _ in range(rng.integers(0, 6))] for _ in range(300)]
+    want = [_reference_score(c, s) for c, s in zip(candidates, samples, strict=True)]
+    got = consistency_scores(candidates, samples)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+    assert ((got >= 0) & (got <= 1)).all()
