@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["GateCalibration", "calibrate_threshold", "clopper_pearson_upper", "consistency_scores"]
+__all__ = ["GateCalibration", "calibrate_threshold", "clopper_pearson_upper", "consistency_scores",
+           "corpus_consistency"]
 
 
 @dataclass(frozen=True)
@@ -272,3 +273,40 @@ def consistency_scores(candidates: Any, samples: Any) -> np.ndarray:
     items = mean["item"].to_numpy()
     out[items] = np.clip(mean["agree"].to_numpy(), 0.0, 1.0)
     return out
+
+
+def corpus_consistency(source: Any, *, chunk_rows: int = 1 << 18):
+    """``consistency`` per trajectory of a self-consistency corpus (DESIGN.md: protocol
+    ``self_consistency``, one trajectory per question, round 0 holding the ``k`` samples as
+    agents in ``texts``, the candidate in ``final_answer``), streamed chunk by chunk.
+
+    Returns a Polars DataFrame ``trajectory_id`` (str), ``consistency`` (float64, in [0, 1]).
+    Raises ValueError when the corpus lacks ``texts`` or ``final_answer``.
+    """
+    import polars as pl
+
+    from fastuq.io.readers import iter_chunks
+
+    parts = []
+    for chunk in iter_chunks(source, columns=["trajectory_id", "texts", "final_answer"],
+                             chunk_rows=chunk_rows):
+        table = chunk.table
+        rounds = table.column("texts").combine_chunks()
+        scores = consistency_scores(table.column("final_answer").combine_chunks(),
+                                    _first_round(rounds))
+        parts.append(pl.DataFrame({
+            "trajectory_id": pl.Series(table.column("trajectory_id").combine_chunks())
+            .cast(pl.String),
+            "consistency": scores,
+        }))
+    if not parts:
+        raise ValueError(f"{source}: the corpus is empty")
+    return pl.concat(parts)
+
+
+def _first_round(rounds):
+    """``[N]`` list of the first round's texts (null where a trajectory has no round: no
+    usable sample)."""
+    import polars as pl
+
+    return pl.Series(rounds).cast(pl.List(pl.List(pl.String))).list.first().to_arrow()

@@ -332,3 +332,43 @@ def test_consistency_scores_match_the_definition_on_random_texts():
     got = consistency_scores(candidates, samples)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
     assert ((got >= 0) & (got <= 1)).all()
+
+
+def test_gate_computes_consistency_from_a_self_consistency_corpus(tmp_path, capsys):
+    """A hand-written self-consistency corpus (protocol self_consistency: round 0 holds the
+    k samples, final_answer the candidate): the scores are the definition's, and the gate
+    calibrates on them as a confidence (high passes)."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from fastuq.cli import main
+    from fastuq.gate import calibrate_threshold, corpus_consistency
+
+    rng = np.random.default_rng(8)
+    rows = []
+    for k in range(80):
+        gold = int(rng.integers(0, 50))
+        candidate = str(gold if rng.random() < 0.6 else gold + 1)
+        samples = [f"so the answer is {gold if rng.random() < 0.7 else gold + 2}"
+                   for _ in range(int(rng.integers(1, 6)))]
+        rows.append({"trajectory_id": f"q{k}", "protocol": "self_consistency",
+                     "n_agents": len(samples), "texts": [samples], "final_answer": candidate,
+                     "correct": candidate == str(gold)})
+    path = tmp_path / "sc.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    want = np.array([_reference_score(r["final_answer"], r["texts"][0]) for r in rows])
+    got = corpus_consistency(path, chunk_rows=16)  # several chunks
+    assert got["trajectory_id"].to_list() == [r["trajectory_id"] for r in rows]
+    np.testing.assert_allclose(got["consistency"].to_numpy(), want, rtol=0, atol=1e-12)
+
+    out = tmp_path / "v.parquet"
+    assert main(["gate", str(path), "--score", "consistency", "--alpha", "0.3",
+                 "--delta", "0.1", "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    expected = calibrate_threshold(want, np.array([r["correct"] for r in rows]), 0.3, 0.1,
+                                   higher_passes=True)
+    assert f"{expected.n_passed:,} of 80" in printed
+    verdicts = pq.read_table(out)
+    np.testing.assert_array_equal(verdicts["passed"].to_numpy(),
+                                  want >= expected.threshold)

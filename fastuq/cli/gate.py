@@ -53,7 +53,10 @@ def add_parser(sub) -> None:
                    help="scores file (Parquet, CSV or Arrow IPC; trajectory_id + score "
                         "columns, e.g. from 'fastuq score'), joined to CORPUS by trajectory_id")
     p.add_argument("--score", required=True, metavar="COLUMN",
-                   help="the score column to gate on (e.g. sauce)")
+                   help="the score column to gate on (e.g. sauce); 'consistency' without "
+                        "--scores computes the consistency gate's score from a "
+                        "self-consistency corpus (texts: round 0 = the k samples; "
+                        "final_answer = the candidate) and passes high scores")
     p.add_argument("--alpha", type=_open_fraction, default=0.1,
                    help="target failure rate among passed items (default 0.1)")
     p.add_argument("--delta", type=_open_fraction, default=0.05,
@@ -86,7 +89,14 @@ def run(args: argparse.Namespace) -> int:
     skipped = 0
     try:
         labels = ev.read_labels(source, chunk_rows=args.chunk_rows)
-        scores = ev.read_scores(args.scores or source, [args.score])
+        if args.score == "consistency" and not args.scores:
+            from fastuq.gate import corpus_consistency
+
+            # the consistency gate's own score, from the corpus's texts: a confidence
+            scores = corpus_consistency(source, chunk_rows=args.chunk_rows)
+            args.higher_passes = True
+        else:
+            scores = ev.read_scores(args.scores or source, [args.score])
         if args.scores:
             listing = cs.skipped_path(args, source, args.scores)
             if args.skipped or listing.exists():
