@@ -372,3 +372,25 @@ def test_gate_computes_consistency_from_a_self_consistency_corpus(tmp_path, caps
     verdicts = pq.read_table(out)
     np.testing.assert_array_equal(verdicts["passed"].to_numpy(),
                                   want >= expected.threshold)
+
+
+def test_simulated_self_consistency_corpus_carries_signal(tmp_path):
+    import pyarrow.parquet as pq
+    from sklearn.metrics import roc_auc_score
+
+    from fastuq.gate import corpus_consistency
+    from fastuq.synth.self_consistency import self_consistency_corpus
+
+    table = self_consistency_corpus(1500, k=6, seed=3)
+    assert table.equals(self_consistency_corpus(1500, k=6, seed=3))  # seeded
+    assert not table.equals(self_consistency_corpus(1500, k=6, seed=4))
+    path = tmp_path / "sc.parquet"
+    pq.write_table(table, path)  # the readers validate it against the canonical schema
+    got = corpus_consistency(path, chunk_rows=500)
+    rows = table.to_pylist()
+    want = [_reference_score(r["final_answer"], r["texts"][0]) for r in rows]
+    np.testing.assert_allclose(got["consistency"].to_numpy(), want, rtol=0, atol=1e-12)
+    labels = np.array([r["correct"] for r in rows])
+    assert all(len(r["texts"]) == 1 and len(r["texts"][0]) == 6 for r in rows)
+    assert 0.3 < labels.mean() < 0.7
+    assert roc_auc_score(labels, want) > 0.75  # real, imperfect signal
