@@ -374,13 +374,13 @@ def _counts(m_t, team, xp):
     return xp.where(team > 0, xp.rint(m_t * team), m_t)
 
 
-def _first_round_noise(noise, round_mask):
+def _first_round_noise(noise, round_mask, xp=np):
     """``[N]`` the value of ``noise [T, N]`` at each trajectory's first executed round (the
-    last round's value where none executed): a select per round from the last to the first.
-    The NumPy twin's spelling; the kernel carries it forward in its one scan instead."""
+    last round's value where none executed): a select per round from the last to the first
+    (unrolled; the rolled kernel carries it forward in its one scan instead)."""
     ref = noise[-1]
     for t in range(noise.shape[0] - 2, -1, -1):
-        ref = np.where(round_mask[t], noise[t], ref)
+        ref = xp.where(round_mask[t], noise[t], ref)
     return ref
 
 
@@ -463,10 +463,7 @@ def round_baselines(
     weights = token_entropy
     if token_entropy is not None and not carry_ref:
         noise = jnp.maximum(token_entropy.astype(dtype), ENTROPY_FLOOR)
-        first = noise[-1]
-        for t in range(t_max - 2, -1, -1):
-            first = jnp.where(mask[t], noise[t], first)
-        weights = first[None, :] / noise
+        weights = _first_round_noise(noise, mask, jnp)[None, :] / noise
     carry, _ = lax.scan(
         lambda c, x: _round_step(c, (*x, team), carry_ref),
         RoundCarry(zero + jnp.nan, zero, zero, zero, zero, zero),
