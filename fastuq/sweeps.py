@@ -267,11 +267,9 @@ def load_sauce_data(
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64):
         raise ValueError(f"dtype must be float32 or float64, got {dtype}")
-    from fastuq.engine.scoring import _CHECKED_NODE_COLUMNS, CHECKS, check_reading_options
+    from fastuq.engine.scoring import _CHECKED_NODE_COLUMNS, check_reading_options
 
-    check_reading_options(on_error, skipped, observation_noise)
-    if check not in CHECKS:
-        raise ValueError(f"check must be one of {', '.join(map(repr, CHECKS))}, got {check!r}")
+    check_reading_options(on_error, skipped, observation_noise, check)
     if isinstance(data, SauceData):
         return _from_sauce_data(data, protocol, labels, dtype)
     if on_error == "skip" and (isinstance(data, (str, os.PathLike)) or _is_table(data)):

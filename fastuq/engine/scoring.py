@@ -536,10 +536,18 @@ def _skip_bad_rows(
     return table, rows, resolved
 
 
+def check_mode(check: str) -> None:
+    """ValueError unless ``check`` is one of :data:`CHECKS`."""
+    if check not in CHECKS:
+        raise ValueError(f"check must be one of {', '.join(map(repr, CHECKS))}, got {check!r}")
+
+
 def check_reading_options(on_error: str, skipped: list | None,
-                          observation_noise: float | None) -> None:
+                          observation_noise: float | None, check: str = "corpus") -> None:
     """ValueError for an ``on_error`` other than raise/skip, skip without a list to collect
-    the skipped records, or an observation noise that is not a finite number >= 0."""
+    the skipped records, an observation noise that is not a finite number >= 0, or an
+    unknown ``check``."""
+    check_mode(check)
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
     if on_error == "skip" and skipped is None:
@@ -597,9 +605,7 @@ def iter_scores(
     """
     from fastuq.io.readers import iter_chunks
 
-    check_reading_options(on_error, skipped, observation_noise)
-    if check not in CHECKS:
-        raise ValueError(f"check must be one of {', '.join(map(repr, CHECKS))}, got {check!r}")
+    check_reading_options(on_error, skipped, observation_noise, check)
     names = _method_list(methods)
     params = {k: v for k, v in (params or {}).items() if v is not None}
     check_params(params, None if names == ["all"] else names)
@@ -759,8 +765,7 @@ def score_file(
 
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-    if check not in CHECKS:
-        raise ValueError(f"check must be one of {', '.join(map(repr, CHECKS))}, got {check!r}")
+    check_mode(check)
     if skipped_path is not None and on_error != "skip":
         raise ValueError("skipped_path (--skipped) is only written with on_error='skip' "
                          "(--on-error skip)")
