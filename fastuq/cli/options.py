@@ -24,17 +24,17 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fastuq.engine.registry import SAUCE_PARAMS as _REGISTRY_SAUCE_PARAMS
 from fastuq.engine.scoring import ProgressBar, Skipped
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-#: SAUCE's parameters and what each is, for the options that set them.
-SAUCE_PARAMS: tuple[tuple[str, str], ...] = (
-    ("lam", "forgetting factor in [0, 1]"),
-    ("q", "process noise >= 0"),
-    ("sigma2_0", "prior variance > 0"),
-    ("mu_0", "prior mean"),
+#: SAUCE's parameters and what each is, for the options that set them (from the registry:
+#: its doc line and its bounds, e.g. "forgetting factor in [0, 1]").
+SAUCE_PARAMS: tuple[tuple[str, str], ...] = tuple(
+    (p.name, p.doc if p.describe() == "finite" else f"{p.doc} {p.describe()}")
+    for p in _REGISTRY_SAUCE_PARAMS
 )
 SAUCE_NAMES: tuple[str, ...] = tuple(name for name, _ in SAUCE_PARAMS)
 

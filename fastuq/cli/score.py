@@ -11,6 +11,7 @@ from pathlib import Path
 
 from fastuq.cli import fraction, positive_int
 from fastuq.cli import options as cs
+from fastuq.engine.registry import CONFIDENCES
 
 
 def add_parser(sub) -> None:
@@ -36,7 +37,7 @@ def add_parser(sub) -> None:
     cs.add_params(sc)
     cs.add_param(sc)
     cs.add_noise(sc)
-    sc.add_argument("--confidence", choices=("msp", "mean_logprob", "neg_entropy"),
+    sc.add_argument("--confidence", choices=CONFIDENCES,
                     help="UMAS node confidence (default msp: sum of token log-probabilities)")
     sc.add_argument("--math", action="store_true",
                     help="when agreement is built from parsed answers, also let answers that "
