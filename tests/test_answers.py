@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fastuq import answers as A
 from fastuq.answers import (
@@ -454,3 +456,23 @@ def test_score_math_agreement_from_answers(tmp_path):
     merged = fastuq.score(table, "mean_agreement", math=True)["mean_agreement"].to_numpy()
     assert plain.tolist() == [-1 / 3, -1 / 3]
     assert merged.tolist() == [-2 / 3, -1 / 3]
+
+
+@settings(max_examples=60, deadline=None)
+@given(names=st.lists(st.sampled_from(
+           ["5", "5.0", "05", "1/2", "0.5", "\\frac{1}{2}", "0.5000001", "x+1", "x + 1", "",
+            " ", "-3", "-3.0000001", "1e400", "1e-7", "1.0000001e-7", "A", "a", None]),
+           min_size=1, max_size=8),
+       golds=st.lists(st.sampled_from(["5", "0.5", "x+1", "-3", "1e400", "1e-7", "A", "",
+                                       None]), min_size=1, max_size=5),
+       seed=st.integers(0, 2**32 - 1))
+def test_check_coded_gives_check_answers_verdicts(names, golds, seed):
+    from fastuq.answers import check_answers, check_coded
+
+    rng = np.random.default_rng(seed)
+    a = rng.integers(-1, len(names), 40)
+    g = rng.integers(-1, len(golds), 40)
+    want = check_answers([names[i] if i >= 0 else None for i in a],
+                         [golds[j] if j >= 0 else None for j in g])
+    got = check_coded(names, golds, a, g)
+    assert got.tolist() == want.tolist()

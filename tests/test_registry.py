@@ -52,7 +52,9 @@ def _draw_inputs(rng: np.random.Generator, t: int, n: int, a: int, team: int,
     belief = (rng.integers(0, 5, (t, n, a)) / 4 if ties else rng.random((t, n, a)))
     belief[rng.random(belief.shape) < 0.05] = 1.0
     belief[(answer_class < 0) | ~round_mask[:, :, None]] = np.nan
-    for x in (agreement, entropy):
+    risk = rng.random((t, n))
+    risk[rng.random((t, n)) < 0.2] = rng.choice([0.0, 0.35, 0.62, 1.0])  # tier boundaries
+    for x in (agreement, entropy, risk):
         x[~round_mask] = np.nan  # padding may hold anything
     for x in (seq_logprob, n_tokens, node_entropy):
         x[~node_mask] = np.nan
@@ -62,7 +64,7 @@ def _draw_inputs(rng: np.random.Generator, t: int, n: int, a: int, team: int,
         "team_size": np.where(rng.random(n) < 0.7, float(team), 0.0),
         "seq_logprob": seq_logprob, "n_tokens": n_tokens, "node_entropy": node_entropy,
         "node_confidence": seq_logprob, "node_mask": node_mask, "edges": edges,
-        "answer_class": answer_class, "belief": belief,
+        "answer_class": answer_class, "belief": belief, "round_risk": risk,
         "n_agents": np.maximum(agents, team).astype(float),
     }
 

@@ -26,6 +26,7 @@ from fastuq.answers.check import (
     answer_classes,
     answers_equivalent,
     check_answers,
+    check_coded,
     math_verify_available,
     vote_classes,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "vote_classes",
     "answers_equivalent",
     "check_answers",
+    "check_coded",
     "extract_answer",
     "extract_answers",
     "math_verify_available",

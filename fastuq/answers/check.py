@@ -33,6 +33,7 @@ __all__ = [
     "REL_TOL",
     "answer_classes",
     "answers_equivalent",
+    "check_coded",
     "check_answers",
     "math_verify_available",
 ]
@@ -95,7 +96,11 @@ def _mv_equivalent(gold_norm: str, answer_norm: str) -> bool:
 def _numbers_close(a: Fraction, b: Fraction) -> bool:
     if a == b:
         return True
-    return abs(float(a) - float(b)) <= REL_TOL * max(abs(float(a)), abs(float(b)))
+    try:
+        fa, fb = float(a), float(b)
+    except OverflowError:  # beyond float (1e400): the same test in exact arithmetic
+        return abs(a - b) <= Fraction(REL_TOL) * max(abs(a), abs(b))
+    return abs(fa - fb) <= REL_TOL * max(abs(fa), abs(fb))
 
 
 def _equivalent_normalized(a: str, b: str, math: bool) -> bool:
@@ -189,6 +194,73 @@ def check_answers(
         results = _check_chunk(pairs, math)
     verdict = np.asarray(results + [False], dtype=bool)  # row -1 reads the trailing False
     return verdict[rows]
+
+
+def check_coded(
+    names: Sequence[str | None],
+    golds: Sequence[str | None],
+    a_idx: np.ndarray,
+    g_idx: np.ndarray,
+    *,
+    math: bool = False,
+    processes: int | None = None,
+) -> np.ndarray:
+    """:func:`check_answers` of ``names[a_idx[i]]`` against ``golds[g_idx[i]]``, for pairs given
+    as indices into two lists of distinct strings: the same verdicts, with Python running once
+    per distinct string (normalisation, numeric value) rather than once per pair. Pairs are
+    decided vectorized (equal normalised strings; numbers within :data:`REL_TOL`, the float
+    test :func:`_numbers_close` makes); only with ``math`` do the undecided pairs (neither
+    equal nor both numbers) go to math-verify, each distinct pair once.
+
+    Returns ``[len(a_idx)]`` bool; an index of -1 (no answer, no gold) gives False.
+    """
+    a_idx = np.asarray(a_idx, np.int64)
+    g_idx = np.asarray(g_idx, np.int64)
+    if a_idx.shape != g_idx.shape:
+        raise ValueError(f"a_idx {a_idx.shape} and g_idx {g_idx.shape} differ in shape")
+    ids: dict[str, int] = {}
+
+    def encode(items: Sequence[str | None]) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        sid = np.full(len(items) + 1, -1, np.int64)  # the last entry stands for index -1
+        num = np.full(len(items) + 1, np.nan)
+        norm = []
+        for i, x in enumerate(items):
+            n = normalize_answer(x) if x is not None else ""
+            norm.append(n)
+            if not n:
+                continue
+            sid[i] = ids.setdefault(n, len(ids))
+            v = numeric_value(n)
+            if v is not None:
+                try:
+                    num[i] = float(v)
+                except OverflowError:  # beyond float: left to the exact check
+                    num[i] = np.inf
+        return sid, num, norm
+
+    sa, va, norm_a = encode(names)
+    sg, vg, norm_g = encode(golds)
+    ia = np.where(a_idx >= 0, a_idx, len(names))
+    ig = np.where(g_idx >= 0, g_idx, len(golds))
+    a_s, g_s, a_v, g_v = sa[ia], sg[ig], va[ia], vg[ig]
+    valid = (a_s >= 0) & (g_s >= 0)
+    out = valid & (a_s == g_s)
+    numeric = valid & ~out & ~np.isnan(a_v) & ~np.isnan(g_v)
+    finite = numeric & np.isfinite(a_v) & np.isfinite(g_v)
+    with np.errstate(invalid="ignore"):
+        close = np.abs(a_v - g_v) <= REL_TOL * np.maximum(np.abs(a_v), np.abs(g_v))
+    out |= finite & close
+    rest = (numeric & ~finite) | (valid & ~out & ~numeric if math else np.zeros_like(out))
+    if rest.any():
+        pairs = np.unique(np.stack([ia[rest], ig[rest]], axis=1), axis=0)
+        if math:
+            _require_math_verify()
+        verdict = _check_chunk([(norm_a[i], norm_g[j]) for i, j in pairs.tolist()], math)
+        table = {(int(i), int(j)): v for (i, j), v in zip(pairs.tolist(), verdict,
+                                                          strict=True)}
+        idx = np.flatnonzero(rest)
+        out[idx] = [table[(int(i), int(j))] for i, j in zip(ia[idx], ig[idx], strict=True)]
+    return out
 
 
 def answer_classes(answers: Sequence[str | None], *, math: bool = False) -> np.ndarray:

@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "sweep": "fastuq.cli.sweep",
     "fit": "fastuq.cli.fit",
     "gate": "fastuq.cli.gate",
+    "replay": "fastuq.cli.replay",
 }
 
 

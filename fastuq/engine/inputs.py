@@ -38,6 +38,12 @@ input               shape           built from
                                     >= 0); rounds checked against ``round_mask``
 ``n_agents``        ``[N]``         the initial team size: ``n_agents``, else the widest
                                     round of ``answers`` (always present, >= 1)
+``round_risk``      ``[T, N]``      UAAD's largest step risk per round: ``step_h``,
+                                    ``step_q``, ``step_d`` (checked in [0, 1], weighted by
+                                    the packing parameters ``w_h``, ``w_q``, ``w_d``), else
+                                    derived from agreement, ``token_entropy`` (over
+                                    ``entropy_max``) and ``answers``
+                                    (:mod:`fastuq.signals.risk`)
 ==================  ==============  =====================================================
 
 ``belief`` is required as a column: nothing derives it (from answer-token probabilities,
@@ -323,6 +329,42 @@ def _belief(ctx: Context) -> np.ndarray:
     return b
 
 
+def _round_risk(ctx: Context) -> np.ndarray:
+    """UAAD's ``round_risk [T, N]`` (:mod:`fastuq.signals.risk`): from ``step_h``, ``step_q``,
+    ``step_d`` when the corpus has all three, else derived per round from agreement, token
+    entropy and the answers' vote classes; rounds checked against ``round_mask``."""
+    from fastuq.signals.risk import STEP_COLUMNS, round_risk_derived, round_risk_from_steps
+
+    packing = ctx.packing
+    weights = (float(packing["w_h"]), float(packing["w_q"]), float(packing["w_d"]))
+    a, mask = ctx.batch.rounds("agreement")
+    if _steps_present(ctx.batch):
+        cols = {name: ctx.batch.column(name) for name in STEP_COLUMNS}
+        risk, risk_mask = round_risk_from_steps(cols, weights, dtype=ctx.batch.dtype,
+                                                ids=ctx.batch.labels)
+        _same_rounds(ctx.batch, mask, risk_mask, "step_h")
+        return risk
+    h = _token_entropy(ctx)
+    risk = round_risk_derived(a, h, _answer_class(ctx), mask, weights,
+                              float(packing["entropy_max"]))
+    return risk.astype(ctx.batch.dtype)
+
+
+def _steps_present(batch: Batch) -> bool:
+    from fastuq.signals.risk import STEP_COLUMNS
+
+    present = [batch.has(name) for name in STEP_COLUMNS]
+    if any(present) and not all(present):
+        missing = [n for n, p in zip(STEP_COLUMNS, present, strict=True) if not p]
+        raise ValueError(f"{batch.source or 'corpus'}: step signals need all of "
+                         f"{', '.join(STEP_COLUMNS)}; missing {', '.join(missing)}")
+    return all(present)
+
+
+def _risk_available(batch: Batch, packing: Mapping[str, object]) -> bool:
+    return _steps_present(batch) or (batch.has("answers") and batch.has("token_entropy"))
+
+
 def _n_agents(ctx: Context) -> np.ndarray:
     return np.maximum(ctx.batch.team_sizes("answers"), 1).astype(ctx.batch.dtype)
 
@@ -391,6 +433,11 @@ INPUTS: Mapping[str, PackedInput] = {
                     _has("answers"), _answer_class, "answers"),
         PackedInput("belief", 1, 0.0, _cols("belief", "answers", "n_agents"), _cols(),
                     _has("belief"), _belief, "belief"),
+        PackedInput("round_risk", 1, 0.0,
+                    _cols("step_h", "step_q", "step_d", "n_agents"),
+                    _cols("agreement", "answers", "token_entropy", "n_agents"),
+                    _risk_available, _round_risk,
+                    "step_h, step_q, step_d (or answers and token_entropy, to derive them)"),
         PackedInput("n_agents", 0, 1.0, _cols("n_agents", "answers"), _cols(),
                     _has("answers"), _n_agents, "answers"),
     )

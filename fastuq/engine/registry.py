@@ -343,6 +343,33 @@ BCCS_PARAMS = (
 )
 
 
+UAAD_PARAMS = (
+    Param("w_h", default=0.45, low=0.0, high=1.0, kernel=False,
+          doc="UAAD: weight of the token entropy h in the step risk"),
+    Param("w_q", default=0.35, low=0.0, high=1.0, kernel=False,
+          doc="UAAD: weight of the self-inconsistency q in the step risk"),
+    Param("w_d", default=0.20, low=0.0, high=1.0, kernel=False,
+          doc="UAAD: weight of the cross-agent divergence d in the step risk"),
+    Param("entropy_max", default=math.log(5.0), low=0.0, low_open=True, kernel=False,
+          doc="UAAD: token entropy (nats) that maps to h = 1 when h is derived"),
+    Param("tau_c", default=0.8, low=0.0, high=1.0,
+          doc="UAAD: consensus stop needs the dominant share at least this"),
+    Param("epsilon", default=0.05, low=0.0, high=1.0,
+          doc="UAAD: ... and a change of at most this since the previous round"),
+    Param("risk_low", default=0.35, low=0.0,
+          doc="UAAD: risks below this are low tier"),
+    Param("risk_high", default=0.62, low=0.0,
+          doc="UAAD: risks from this up are high tier (between: medium)"),
+    Param("agents_low", default=1.0, low=0.0, doc="UAAD: agents of the low tier"),
+    Param("rounds_low", default=1.0, low=0.0, doc="UAAD: debate-round cap of the low tier"),
+    Param("agents_medium", default=3.0, low=0.0, doc="UAAD: agents of the medium tier"),
+    Param("rounds_medium", default=1.0, low=0.0,
+          doc="UAAD: debate-round cap of the medium tier"),
+    Param("agents_high", default=6.0, low=0.0, doc="UAAD: agents of the high tier"),
+    Param("rounds_high", default=3.0, low=0.0, doc="UAAD: debate-round cap of the high tier"),
+)
+
+
 def _kernels(module: str, name: str) -> dict[str, str]:
     return {"kernel": f"{module}:{name}", "twin": f"{module}:{name}_numpy",
             "reference": f"{module}:{name}_reference"}
@@ -406,6 +433,14 @@ _BUILTIN = (
         inputs=("answer_class", "belief", "token_entropy", "round_mask"),
         params=SAUCE_PARAMS, presets=SAUCE_PRESETS, **_kernels("bccs", "sauce_belief"),
         description="SAUCE filtering BCCS's belief share p_b instead of agreement",
+    ),
+    Estimator(
+        name="uaad", inputs=("round_risk", "agreement", "round_mask", "n_agents"),
+        params=UAAD_PARAMS,
+        outputs=("uaad", "uaad_max_risk", "uaad_tier", "uaad_stop", "uaad_calls"),
+        **_kernels("uaad", "uaad"),
+        description="UAAD: the round-0 step risk that routes (also: the largest risk of any "
+                    "round, tier 0/1/2, stop round and calls Q = M + N R + 1)",
     ),
 )
 

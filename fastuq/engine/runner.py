@@ -18,7 +18,7 @@ from fastuq.engine.inputs import INPUTS, Context
 from fastuq.engine.registry import Estimator, get_estimator
 from fastuq.engine.runtime import run_bucketed
 
-__all__ = ["call_kernel", "outputs_of", "run_estimator"]
+__all__ = ["call_kernel", "outputs_of", "run_estimator", "run_estimator_rounds"]
 
 #: Padding of a per-trajectory parameter array in a chunk's unused slots (inside every
 #: built-in estimator's bounds; padded slots have no valid round or node anyway).
@@ -107,3 +107,56 @@ def run_estimator(
     values = est.param_values(batch.n, protos, overrides, batch.dtype, batch.labels)
     return call_kernel(est, inputs, optional, values, n=batch.n, dtype=batch.dtype,
                        backend=backend)
+
+
+def run_estimator_rounds(
+    est: Estimator, batch: Batch, *, params: Mapping[str, object], protocol: str | None,
+    backend: str, output: str | None = None,
+) -> np.ndarray:
+    """``est``'s score had the debate stopped after each round: ``[T, N]`` float64, row ``t``
+    the score of rounds ``0..t`` (NaN where round ``t`` did not execute).
+
+    Round ``t``'s prefix is the packed inputs with every later round set to its padding
+    value (:data:`~fastuq.engine.inputs.INPUTS`' ``fill``: masks false, classes -1), exactly
+    as a trajectory of ``t + 1`` rounds is packed, so the row of a trajectory's last round is
+    its full score. One kernel call per round.
+
+    Args:
+      output: which output column (default: the estimator's first, its score).
+    """
+    packing = est.packing(params)
+    ctx = Context(batch, packing, est.inputs)
+    inputs = [INPUTS[name].build(ctx) for name in est.inputs]
+    optional = {name: INPUTS[name].build(ctx) for name in est.optional_inputs}
+    overrides = {p.name: params.get(p.name) for p in est.kernel_params}
+    protos = None
+    if est.presets and any(v is None or isinstance(v, Mapping) for v in overrides.values()):
+        protos = batch.protocol(protocol)
+    values = est.param_values(batch.n, protos, overrides, batch.dtype, batch.labels)
+    column = output or est.outputs[0]
+    if column not in est.outputs:
+        raise ValueError(f"estimator {est.name!r} has no output {column!r}; it writes "
+                         f"{', '.join(est.outputs)}")
+    executed = batch.rounds("agreement")[1] if batch.has("agreement") else None
+    timed = [INPUTS[name].axis == 1 for name in est.inputs]
+    n_t = max((x.shape[0] for x, tm in zip(inputs, timed, strict=True) if tm), default=1)
+    out = np.full((n_t, batch.n), np.nan)
+    for t in range(n_t):
+        cut = [_prefix(x, t, INPUTS[name].fill) if tm else x
+               for name, x, tm in zip(est.inputs, inputs, timed, strict=True)]
+        opt = {k: (None if v is None else _prefix(v, t, INPUTS[k].fill))
+               for k, v in optional.items()}
+        res = call_kernel(est, cut, opt, values, n=batch.n, dtype=batch.dtype, backend=backend)
+        out[t] = np.asarray(res[column], np.float64)
+    if executed is not None and executed.shape[0] == n_t:
+        out[~executed] = np.nan
+    return out
+
+
+def _prefix(x: np.ndarray, t: int, fill) -> np.ndarray:
+    """``x [T, ...]`` with rounds after ``t`` set to ``fill``."""
+    if x.shape[0] <= t + 1:
+        return x
+    cut = x.copy()
+    cut[t + 1:] = fill
+    return cut

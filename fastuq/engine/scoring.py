@@ -451,7 +451,8 @@ def _resolve_once(resolved, methods, batch: Batch, params, observation_noise,
             if info is not None:
                 info["left_out"] = left_out_methods(batch)
         if observation_noise is not None:
-            readers = [m for m in resolved if "token_entropy" in get_estimator(m).inputs]
+            readers = [m for m in resolved
+                       if {"token_entropy", "round_risk"} & set(get_estimator(m).inputs)]
             if not readers:
                 raise ValueError(
                     f"observation noise would be ignored: it stands in for token entropy, "
@@ -574,6 +575,7 @@ def iter_scores(
     processes: int | None = None,
     info: dict | None = None,
     check: str = "corpus",
+    extra_columns: Sequence[str] = (),
 ) -> Iterator[tuple[Batch, dict[str, np.ndarray]]]:
     """Score ``source`` chunk by chunk: yields ``(batch, {method: scores [n]})`` in order.
 
@@ -602,6 +604,8 @@ def iter_scores(
         column whose round or slot count disagrees with the others is an error whichever
         methods run. ``"used"``: only the columns the methods read (faster on corpora with
         node columns that the methods do not use; measured in bench/README.md).
+      extra_columns: further columns to read into each batch when the corpus has them (for
+        callers that need more than the methods read, such as ``reference`` for replay).
     """
     from fastuq.io.readers import iter_chunks
 
@@ -610,6 +614,8 @@ def iter_scores(
     params = {k: v for k, v in (params or {}).items() if v is not None}
     check_params(params, None if names == ["all"] else names)
     columns = _columns_for(methods, params, source, check)
+    if columns is not None and extra_columns:
+        columns = sorted(set(columns) | set(extra_columns))
     skip = on_error == "skip"
     if columns is None:
         reader = iter_chunks(source, chunk_rows=chunk_rows, validate=not skip,

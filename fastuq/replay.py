@@ -1,0 +1,640 @@
+"""Budget-policy replay over saved full-length debates (DESIGN.md, "UAAD").
+
+A saved debate holds every round a stopping or routing policy could have stopped after.
+Replay asks, per policy and per parameter point, what the policy would have cost and gained
+on those debates: the accuracy of the answer at its stop, the model calls it spends, the
+calls it saves against the full debate, and its flips (trajectories whose answer was correct
+at some earlier round and is wrong at the stop).
+
+Semantics (DESIGN.md): rounds are indexed from 0 (the initial answers); the answer at a stop
+after round ``t`` is the final-answer rule applied to round ``t`` (the majority of the
+answers given in that round, by the vote classes agreement counts; ties to the lowest slot;
+no answer: wrong), checked against ``reference``; stopping after round ``t`` in a debate of
+``A`` agents costs ``A (t + 1)`` calls (``calls="team"``), or, with ``calls="nodes"``, the
+answers actually given in rounds ``0..t`` (for protocols that prune agents, such as DyLAN).
+
+Policies (each a :class:`Policy`):
+
+``fixed``       stop after round ``r - 1`` for ``r = 1..T`` rounds (capped at the last
+                executed round); ``r = T`` is the full debate.
+``uaad``        UAAD's consensus stop: the first round ``t >= 1`` with dominant share
+                ``C_t >= tau_c`` and ``|C_t - C_{t-1}| <= epsilon`` (with the uaad kernel's
+                slack of a few ulps, in float64), else the last round; a grid over
+                ``tau_c`` x ``epsilon``.
+``uaad_route``  the same stop rule under UAAD's risk routing: the round-0 risk picks a tier
+                whose round budget caps the stop (``fastuq.kernels.uaad``; tier parameters
+                through ``params``). Replay truncates rounds; it cannot change the team, so
+                the answer is still the saved team's: ``calls`` counts the saved debate's
+                calls to the stop and ``calls_uaad`` what UAAD's budget ``Q = M + N R + 1``
+                would charge (``M`` the team's round-0 answers, ``N`` the tier's agents,
+                ``R`` the debate rounds to the stop).
+``bccs``        stop at BCCS's first round of full consensus, else the last round (needs a
+                ``belief`` column; thresholds through ``params``).
+``trace``       a threshold on a registered estimator's score after each round (the score of
+                rounds ``0..t``, :func:`~fastuq.engine.runner.run_estimator_rounds`): stop at
+                the first round whose score is at most the threshold (scores are
+                uncertainties), else the last round; a grid of thresholds.
+
+Grids are evaluated in one vectorized pass per chunk: for each value of the first parameter
+(``tau_c``; one pass for ``trace``), every trajectory's stop is a step function of the second
+parameter (``epsilon``, the threshold) with at most ``T`` steps; the steps' changes of each
+metric are accumulated with one ``bincount`` and a cumulative sum. The cost is
+``O(N T)`` per first-parameter value, not ``O(N T x grid)``; the numbers equal the direct
+evaluation point by point (:func:`stop_rounds` and ``tests/test_replay.py``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+__all__ = [
+    "POLICIES",
+    "Outcomes",
+    "Policy",
+    "ReplayResult",
+    "grid_sums",
+    "pareto_front",
+    "plot_replay",
+    "replay",
+    "round_outcomes",
+    "stop_rounds",
+]
+
+POLICIES = ("fixed", "uaad", "uaad_route", "bccs", "trace")
+#: Per-stop quantities summed over trajectories (rows of the metric stack).
+_METRICS = ("correct", "calls", "flips", "stop", "calls_uaad")
+CALLS = ("team", "nodes")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One policy and its parameter grid.
+
+    name: one of :data:`POLICIES`.
+    tau_c, epsilon: the ``uaad`` / ``uaad_route`` grid (each sorted ascending, in [0, 1]).
+    estimator: the estimator whose per-round score ``trace`` thresholds.
+    thresholds: ``trace``'s grid: an array of thresholds, or an int ``k``: ``k`` quantiles of
+      the per-round scores of the first chunk.
+    """
+
+    name: str
+    tau_c: Sequence[float] | None = None
+    epsilon: Sequence[float] | None = None
+    estimator: str | None = None
+    thresholds: Sequence[float] | int | None = None
+
+    def __post_init__(self) -> None:
+        if self.name not in POLICIES:
+            raise ValueError(f"unknown policy {self.name!r}; known: {', '.join(POLICIES)}")
+        if self.name in ("uaad", "uaad_route"):
+            for key in ("tau_c", "epsilon"):
+                values = getattr(self, key)
+                grid = np.atleast_1d(np.asarray(
+                    _DEFAULT_GRID[key] if values is None else values, np.float64))
+                if grid.ndim != 1 or not grid.size or not np.isfinite(grid).all() or (
+                        (grid < 0) | (grid > 1)).any():
+                    raise ValueError(f"policy {self.name}: {key} must be numbers in [0, 1], "
+                                     f"got {values!r}")
+                object.__setattr__(self, key, tuple(np.unique(grid).tolist()))
+        elif self.tau_c is not None or self.epsilon is not None:
+            raise ValueError(f"policy {self.name} takes no tau_c / epsilon grid")
+        if self.name == "trace":
+            if not self.estimator:
+                raise ValueError("policy trace needs an estimator (e.g. sauce)")
+            from fastuq.engine.registry import get_estimator
+
+            get_estimator(self.estimator)
+            th = 32 if self.thresholds is None else self.thresholds
+            if isinstance(th, (int, np.integer)) and not isinstance(th, bool):
+                if th < 1:
+                    raise ValueError(f"policy trace: thresholds must be >= 1, got {th}")
+            else:
+                grid = np.atleast_1d(np.asarray(th, np.float64))
+                if grid.ndim != 1 or not grid.size or not np.isfinite(grid).all():
+                    raise ValueError(f"policy trace: thresholds must be finite numbers, got "
+                                     f"{th!r}")
+                th = tuple(np.unique(grid).tolist())
+            object.__setattr__(self, "thresholds", th)
+        else:
+            if self.estimator is not None or self.thresholds is not None:
+                raise ValueError(f"policy {self.name} takes no estimator / thresholds")
+
+    @property
+    def label(self) -> str:
+        return f"trace:{self.estimator}" if self.name == "trace" else self.name
+
+
+_DEFAULT_GRID = {"tau_c": np.linspace(0.5, 1.0, 32), "epsilon": np.linspace(0.0, 0.5, 32)}
+
+
+# ------------------------------------------------------------------------------ outcomes
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """What stopping after each round gives, per trajectory.
+
+    correct: ``[T, N]`` bool, the round's answer is correct (False in unexecuted rounds).
+    calls: ``[T, N]`` float64, model calls to stop after the round (cumulative).
+    last: ``[N]`` int64, the last executed round.
+    n_agents: ``[N]`` float64, the initial team size.
+    """
+
+    correct: np.ndarray
+    calls: np.ndarray
+    last: np.ndarray
+    n_agents: np.ndarray
+
+
+def round_outcomes(batch, calls: str = "team") -> Outcomes:
+    """Per-round answers checked against ``reference``, and the calls to each round, for a
+    :class:`~fastuq.engine.batch.Batch` with ``answers`` and ``reference``.
+
+    The round's answer: the class with the most votes among the round's answers (the vote
+    classes agreement counts), ties to the class holding the lowest slot; its first slot's
+    string is checked against the reference by :func:`fastuq.answers.check_coded` (the verdicts of
+    :func:`~fastuq.answers.check_answers`) (with
+    math-verify when the batch was built with ``math``). Each distinct (answer, reference)
+    pair is checked once; the rest is whole-array NumPy.
+    """
+    import pyarrow.compute as pc
+
+    from fastuq.answers import check_coded
+
+    if calls not in CALLS:
+        raise ValueError(f"calls must be one of {CALLS}, got {calls!r}")
+    for name in ("answers", "reference"):
+        if name not in batch.table.column_names:
+            raise ValueError(f"{batch.source or 'corpus'}: replay needs a {name} column (the "
+                             f"answer of every round is checked against the reference)")
+    cls, round_mask = batch.answer_classes()
+    answers, classes = batch.vote_classes()
+    votes = cls >= 0
+    count = np.zeros(cls.shape, np.int8 if cls.shape[2] < 128 else np.int32)
+    for b in range(cls.shape[2]):
+        count += (cls == cls[:, :, b:b + 1]) & votes[:, :, b:b + 1]
+    count *= votes
+    top = np.argmax(count, axis=2)[..., None]  # the first slot of the modal class: ties to
+    winner = np.take_along_axis(cls, top, axis=2)[..., 0]  # the lowest slot; -1: no vote
+
+    # one answer string per class (its first slot), checked once per (class, reference)
+    n_cls = int(classes.max()) + 1 if classes.size else 0
+    first = np.full(max(n_cls, 1), -1, np.int64)
+    voted = np.flatnonzero(classes >= 0)
+    first[classes[voted][::-1]] = voted[::-1]
+    flat = pc.list_flatten(pc.list_flatten(answers))
+    names = flat.take(pa.array(first[:n_cls])).cast(pa.string()).to_pylist()
+    ref = pc.dictionary_encode(batch.column("reference").cast(pa.string()))
+    ref_codes = ref.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    golds = ref.dictionary.to_pylist()
+    n_t, n = winner.shape
+    r_code = np.broadcast_to(ref_codes, (n_t, n))
+    ok = (winner >= 0) & (r_code >= 0) & round_mask
+    n_ref = max(len(golds), 1)
+    key = winner[ok].astype(np.int64) * n_ref + r_code[ok]
+    if n_cls * n_ref <= 1 << 27:  # a bitmap of the pairs: no sort
+        seen = np.zeros(n_cls * n_ref, bool)
+        seen[key] = True
+        distinct = np.flatnonzero(seen)
+        slot = np.zeros(n_cls * n_ref, np.int64)
+        slot[distinct] = np.arange(distinct.size)
+        inverse = slot[key]
+    else:
+        distinct, inverse = np.unique(key, return_inverse=True)
+    verdict = check_coded(names, golds, distinct // n_ref, distinct % n_ref,
+                          math=batch.math, processes=batch.processes)
+    correct = np.zeros((n_t, n), bool)
+    correct[ok] = verdict[inverse.reshape(-1)]
+
+    team = np.maximum(batch.team_sizes("answers"), 1).astype(np.float64)
+    if calls == "team":
+        per_round = np.where(round_mask, team[None, :], 0.0)
+    else:  # the answers given: non-null entries of the round's list
+        from fastuq.io.pack import pack_nodes
+
+        node_mask = pack_nodes(answers, dtype=np.int8, n_agents=batch.n_slots, fill=0,
+                               leaf_values=np.zeros(len(flat), np.int8))[1]
+        per_round = node_mask.sum(axis=2).astype(np.float64)
+    last = round_mask.sum(axis=0).astype(np.int64) - 1
+    return Outcomes(correct=correct, calls=np.cumsum(per_round, axis=0), last=last,
+                    n_agents=team)
+
+
+def _metric_stack(out: Outcomes, agents: np.ndarray) -> np.ndarray:
+    """``[K, T, N]`` float64: each metric of :data:`_METRICS` were the stop at round ``t``.
+    ``agents``: ``[N]`` the agents UAAD's budget charges per debate round."""
+    n_t, n = out.correct.shape
+    correct = out.correct.astype(np.float64)
+    seen = np.zeros((n_t, n), bool)
+    if n_t > 1:
+        seen[1:] = np.logical_or.accumulate(out.correct, axis=0)[:-1]
+    flips = (seen & ~out.correct).astype(np.float64)
+    t = np.broadcast_to(np.arange(n_t, dtype=np.float64)[:, None], (n_t, n))
+    calls_uaad = out.n_agents[None, :] + agents[None, :] * t + 1.0
+    return np.stack([correct, out.calls, flips, t, calls_uaad])
+
+
+def _distinct_patterns(reach: np.ndarray, first: np.ndarray, cap: np.ndarray,
+                       g: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Trajectories with equal ``(reach [T], first [T], cap)`` stop at the same round at every
+    grid point, so their metrics can be summed first (:func:`grid_sums` is linear in ``g``):
+    ``(reach [T, U], first [T, U], cap [U], g [K, T, U])`` over the ``U`` distinct patterns.
+    Agreements are fractions k / A, so a debate corpus has few patterns (hundreds for 3
+    agents and 5 rounds), whatever its size."""
+    n_t, n = reach.shape
+    first = np.minimum(first, np.iinfo(np.int64).max // 4)
+    cols = np.concatenate([reach, first, cap[None, :]]).astype(np.int64)
+    base = int(cols.max()) + 1 if cols.size else 1
+    if n == 0:
+        return reach, first, cap, g
+    if base ** cols.shape[0] < 2**62:  # one int64 per pattern
+        key = np.zeros(n, np.int64)
+        for row in cols:
+            key = key * base + row
+        _, keep, inverse = np.unique(key, return_index=True, return_inverse=True)
+    else:
+        _, keep, inverse = np.unique(cols.T, axis=0, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    u = keep.size
+    summed = np.empty((g.shape[0], n_t, u))
+    for k in range(g.shape[0]):
+        for t in range(n_t):
+            summed[k, t] = np.bincount(inverse, weights=g[k, t], minlength=u)
+    return reach[:, keep], first[:, keep], cap[keep], summed
+
+
+def _gather(g: np.ndarray, stop: np.ndarray) -> np.ndarray:
+    """``[K]`` sums over trajectories of ``g [K, T, N]`` at ``stop [N]``."""
+    return g[:, stop, np.arange(stop.size)].sum(axis=1)
+
+
+def grid_sums(g: np.ndarray, active: np.ndarray, first: np.ndarray, cap: np.ndarray,
+              n_grid: int) -> np.ndarray:
+    """Sums over trajectories of each metric at every grid point: ``[K, n_grid]``.
+
+    At grid point ``j`` a trajectory stops at the first round ``t <= cap`` with
+    ``active[t]`` and ``first[t] <= j`` (``first[t]``: the first grid index at which round
+    ``t``'s condition holds; the grid is ordered so that a condition that holds at ``j``
+    holds at every later ``j``), else at ``cap``.
+
+    Args:
+      g: ``[K, T, N]`` each metric were the stop at round ``t``.
+      active, first: ``[T, N]`` bool and int.
+      cap: ``[N]`` int, the round a trajectory stops at when no condition holds.
+
+    Per trajectory the stop is a non-increasing step function of ``j``; only the rounds that
+    lower it (a round ``t`` whose ``first`` is below that of every earlier active round)
+    change it, at their ``first``, from the next such later round (or ``cap``) to ``t``. Those
+    changes of every metric are binned and summed cumulatively: ``O(K N T)``.
+    """
+    n_t, n = active.shape
+    t_idx = np.arange(n_t)[:, None]
+    big = np.int64(n_grid)
+    key = np.where(active & (t_idx <= cap[None, :]), np.minimum(first, big), big)
+    before = np.empty_like(key)
+    before[0] = big
+    if n_t > 1:
+        before[1:] = np.minimum.accumulate(key, axis=0)[:-1]
+    useful = (key < before) & (key < big)
+    later = np.where(useful, t_idx, cap[None, :])
+    nxt = np.empty_like(later)
+    nxt[-1] = cap
+    if n_t > 1:
+        nxt[:-1] = np.minimum.accumulate(later[::-1], axis=0)[::-1][1:]
+    base = _gather(g, cap)
+    tt, nn = np.nonzero(useful)
+    out = np.empty((g.shape[0], n_grid))
+    bins = key[tt, nn]
+    for k in range(g.shape[0]):
+        delta = g[k, tt, nn] - g[k, nxt[tt, nn], nn]
+        out[k] = base[k] + np.cumsum(np.bincount(bins, weights=delta, minlength=n_grid))
+    return out
+
+
+def stop_rounds(active: np.ndarray, first: np.ndarray, cap: np.ndarray, j: int) -> np.ndarray:
+    """The direct evaluation of one grid point ``j`` (see :func:`grid_sums`): ``[N]`` stop
+    rounds. For tests and single points; :func:`grid_sums` evaluates whole grids."""
+    n_t = active.shape[0]
+    hit = active & (first <= j) & (np.arange(n_t)[:, None] <= cap[None, :])
+    any_hit = hit.any(axis=0)
+    return np.where(any_hit, np.argmax(hit, axis=0), cap)
+
+
+# -------------------------------------------------------------------------------- replay
+
+
+@dataclass
+class ReplayResult:
+    """The replay table (one row per policy and parameter point) and its summary.
+
+    table: a pyarrow Table with columns ``policy``, ``estimator``, ``rounds``, ``tau_c``,
+      ``epsilon``, ``threshold`` (nulls where a policy has no such parameter), ``n``,
+      ``accuracy``, ``calls_mean``, ``calls_total``, ``calls_saved`` (calls saved against the
+      full debate), ``calls_saved_frac``, ``flips``, ``flip_rate``, ``stop_mean`` (mean stop
+      round), ``calls_uaad_mean`` (UAAD's ``Q``, ``uaad``/``uaad_route`` rows only) and
+      ``pareto`` (on the accuracy-versus-mean-calls front).
+    full: the full debate's row as a dict.
+    notes: what replay derived or assumed (e.g. risk signals derived from round signals).
+    """
+
+    table: pa.Table
+    full: dict
+    notes: list[str] = field(default_factory=list)
+
+    def front(self) -> pa.Table:
+        """The rows on the Pareto front, by mean calls."""
+        import pyarrow.compute as pc
+
+        front = self.table.filter(self.table.column("pareto"))
+        return front.take(pc.sort_indices(front, [("calls_mean", "ascending")]))
+
+
+def pareto_front(calls: np.ndarray, accuracy: np.ndarray) -> np.ndarray:
+    """``[G]`` bool: points no other point dominates (no more calls and at least the accuracy,
+    one of them strictly). Ties (equal calls and accuracy) are all on the front."""
+    calls = np.asarray(calls, np.float64)
+    accuracy = np.asarray(accuracy, np.float64)
+    order = np.lexsort((-accuracy, calls))
+    best = -np.inf
+    on = np.zeros(calls.size, bool)
+    prev = None
+    for i in order.tolist():
+        point = (calls[i], accuracy[i])
+        if accuracy[i] > best or point == prev:
+            on[i] = True
+            best = max(best, accuracy[i])
+            prev = point
+    return on
+
+
+def _needed(policies: Sequence[Policy]) -> list[str]:
+    methods = []
+    for p in policies:
+        if p.name == "uaad_route":
+            methods.append("uaad")
+        elif p.name == "bccs":
+            methods.append("bccs")
+        elif p.name == "trace":
+            methods.append(p.estimator)
+    return list(dict.fromkeys(methods)) or ["last_agreement"]
+
+
+def replay(
+    source,
+    policies: Sequence[Policy | str] = ("fixed", "uaad"),
+    *,
+    params: Mapping[str, object] | None = None,
+    protocol: str | None = None,
+    calls: str = "team",
+    dtype: str | np.dtype = "float64",
+    backend: str = "jax",
+    chunk_rows: int = 1 << 18,
+    observation_noise: float | None = None,
+    math: bool = False,
+    processes: int | None = None,
+    check: str = "corpus",
+) -> ReplayResult:
+    """Replay ``policies`` over the saved debates of ``source`` (see the module docstring).
+
+    Args:
+      source: anything :func:`fastuq.iter_scores` reads; needs ``answers`` and ``reference``
+        (and what each policy's estimator reads).
+      policies: :class:`Policy` objects or policy names (default grids).
+      params: estimator parameters (UAAD's tiers and weights, BCCS's thresholds, SAUCE's
+        ``lam`` ...), as for :func:`fastuq.score`.
+      calls: ``"team"`` (``A (t + 1)``) or ``"nodes"`` (answers given) per stop.
+      dtype, backend, chunk_rows, observation_noise, math, processes, check: as for
+        :func:`fastuq.iter_scores`. Bad records raise (replay has no skip mode: a skipped
+        debate would bias every policy alike but silently).
+
+    Returns:
+      a :class:`ReplayResult`. Memory is bounded by the chunk: every metric is a sum.
+    """
+    from fastuq.engine.registry import get_estimator
+    from fastuq.engine.runner import run_estimator_rounds
+    from fastuq.engine.scoring import iter_scores
+    from fastuq.kernels.uaad import MOVED_SLACK_ULPS
+
+    pols = [p if isinstance(p, Policy) else Policy(str(p)) for p in policies]
+    if not pols:
+        raise ValueError("no policy given")
+    labels = [(p.label, p.tau_c, p.epsilon, p.thresholds) for p in pols]
+    if len(set(map(str, labels))) != len(labels):
+        raise ValueError("a policy is given twice")
+    if calls not in CALLS:
+        raise ValueError(f"calls must be one of {CALLS}, got {calls!r}")
+    params = {k: v for k, v in (params or {}).items() if v is not None}
+    methods = _needed(pols)
+    uaad_params = {k: v for k, v in params.items() if k in get_estimator("uaad").param_names}
+    rounds_key = ("rounds_low", "rounds_medium", "rounds_high")
+    agents_key = ("agents_low", "agents_medium", "agents_high")
+
+    acc: dict[int, np.ndarray] = {}  # policy index -> [K, points] sums
+    fixed_sums: list[np.ndarray] = []
+    full_sum = None
+    total = 0
+    grids: dict[int, np.ndarray] = {}
+    notes: list[str] = []
+    chunks = iter_scores(source, methods=methods, protocol=protocol, params=params,
+                         dtype=dtype, backend=backend, chunk_rows=chunk_rows,
+                         observation_noise=observation_noise, math=math, processes=processes,
+                         check=check, extra_columns=("reference", "answers"))
+    for batch, scores in chunks:
+        out = round_outcomes(batch, calls)
+        n_t, n = out.correct.shape
+        total += n
+        if not notes and any(p.name == "uaad_route" for p in pols):
+            from fastuq.signals.risk import STEP_COLUMNS
+
+            if not all(batch.has(c) for c in STEP_COLUMNS):
+                notes.append("uaad_route: the corpus has no step_h/step_q/step_d; the risk was "
+                             "derived per round (q = 1 - agreement, h = token entropy / "
+                             "entropy_max, d = share of disagreeing answer pairs)")
+        g_team = _metric_stack(out, out.n_agents)
+        # fixed rounds r = 1..T: a longer chunk adds rows, at which every earlier
+        # trajectory (all shorter) stops at its last round, as in the full debate
+        while len(fixed_sums) < n_t:
+            fixed_sums.append(np.zeros(len(_METRICS)) if full_sum is None
+                              else full_sum.copy())
+        for r in range(1, len(fixed_sums) + 1):
+            stop = np.minimum(r - 1, out.last)
+            fixed_sums[r - 1] = fixed_sums[r - 1] + _gather(g_team, stop)
+        full = _gather(g_team, out.last)
+        full_sum = full if full_sum is None else full_sum + full
+        agreement = batch.rounds("agreement")[0].astype(np.float64)
+        mask = batch.rounds("agreement")[1]
+        t_idx = np.arange(n_t)[:, None]
+        slack = MOVED_SLACK_ULPS * np.finfo(np.float64).eps  # as the uaad kernel
+        moved = np.full((n_t, n), np.inf)
+        if n_t > 1:
+            moved[1:] = np.abs(agreement[1:] - agreement[:-1])
+        for k, p in enumerate(pols):
+            if p.name == "fixed":
+                continue
+            if p.name in ("uaad", "uaad_route"):
+                taus = np.asarray(p.tau_c)
+                eps = np.asarray(p.epsilon)
+                cap = out.last
+                g = g_team
+                if p.name == "uaad_route":
+                    est = get_estimator("uaad")
+                    tier = scores["uaad_tier"].astype(np.int64)
+                    values = est.param_values(n, None, uaad_params, np.float64)
+                    r_cap = np.choose(tier, [np.broadcast_to(values[key], (n,))
+                                             for key in rounds_key])
+                    agents = np.choose(tier, [np.broadcast_to(values[key], (n,))
+                                              for key in agents_key])
+                    cap = np.minimum(out.last, np.floor(r_cap).astype(np.int64))
+                    g = _metric_stack(out, agents)
+                first = np.searchsorted(eps + slack, moved, side="left")
+                # round t can stop for tau_c[i] iff i < reach[t] (tau_c[i] <= C_t)
+                reach = np.where(mask & (t_idx >= 1),
+                                 np.searchsorted(taus, agreement, side="right"), 0)
+                reach, first, cap, g = _distinct_patterns(reach, first, cap, g)
+                part = np.empty((len(_METRICS), taus.size, eps.size))
+                for i in range(taus.size):
+                    part[:, i, :] = grid_sums(g, reach > i, first, cap, eps.size)
+                part = part.reshape(len(_METRICS), -1)
+            elif p.name == "bccs":
+                ff = scores["bccs_first_full"]
+                stop = np.where(ff >= 0, ff, out.last).astype(np.int64)
+                part = _gather(g_team, np.minimum(stop, out.last))[:, None]
+            else:  # trace
+                est = get_estimator(p.estimator)
+                own = {key: v for key, v in params.items() if key in est.param_names}
+                trace = run_estimator_rounds(est, batch, params=own, protocol=protocol,
+                                             backend=backend)
+                if k not in grids:
+                    th = p.thresholds
+                    if isinstance(th, int):
+                        finite = trace[np.isfinite(trace)]
+                        th = np.unique(np.quantile(finite, np.linspace(0, 1, th)))
+                    grids[k] = np.asarray(th, np.float64)
+                th = grids[k]
+                active = np.isfinite(trace)
+                first = np.searchsorted(th, np.where(active, trace, np.inf), side="left")
+                part = grid_sums(g_team, active, first, out.last, th.size)
+            acc[k] = part if k not in acc else acc[k] + part
+    if not total:
+        raise ValueError("the corpus holds no trajectory")
+    return _result(pols, acc, fixed_sums, full_sum, total, grids, notes)
+
+
+def _result(pols, acc, fixed_sums, full_sum, total, grids, notes) -> ReplayResult:
+    rows: dict[str, list] = {c: [] for c in (
+        "policy", "estimator", "rounds", "tau_c", "epsilon", "threshold", "n", "accuracy",
+        "calls_mean", "calls_total", "calls_saved", "calls_saved_frac", "flips", "flip_rate",
+        "stop_mean", "calls_uaad_mean")}
+    full_calls = float(full_sum[1])
+
+    def add(policy, sums, *, estimator=None, rounds=None, tau=None, eps=None, th=None):
+        rows["policy"].append(policy)
+        rows["estimator"].append(estimator)
+        rows["rounds"].append(rounds)
+        rows["tau_c"].append(tau)
+        rows["epsilon"].append(eps)
+        rows["threshold"].append(th)
+        rows["n"].append(total)
+        rows["accuracy"].append(float(sums[0]) / total)
+        rows["calls_mean"].append(float(sums[1]) / total)
+        rows["calls_total"].append(float(sums[1]))
+        rows["calls_saved"].append(full_calls - float(sums[1]))
+        rows["calls_saved_frac"].append((full_calls - float(sums[1])) / full_calls
+                                        if full_calls else math.nan)
+        rows["flips"].append(int(round(float(sums[2]))))
+        rows["flip_rate"].append(float(sums[2]) / total)
+        rows["stop_mean"].append(float(sums[3]) / total)
+        rows["calls_uaad_mean"].append(float(sums[4]) / total
+                                       if policy in ("uaad", "uaad_route") else None)
+
+    for k, p in enumerate(pols):
+        if p.name == "fixed":
+            for r, sums in enumerate(fixed_sums, start=1):
+                add("fixed", sums, rounds=r)
+        elif p.name in ("uaad", "uaad_route"):
+            part = acc[k].reshape(len(_METRICS), len(p.tau_c), len(p.epsilon))
+            for i, tau in enumerate(p.tau_c):
+                for j, eps in enumerate(p.epsilon):
+                    add(p.name, part[:, i, j], tau=tau, eps=eps)
+        elif p.name == "bccs":
+            add("bccs", acc[k][:, 0])
+        else:
+            for j, th in enumerate(grids[k].tolist()):
+                add("trace", acc[k][:, j], estimator=p.estimator, th=th)
+    table = pa.table({
+        "policy": pa.array(rows["policy"], pa.string()),
+        "estimator": pa.array(rows["estimator"], pa.string()),
+        "rounds": pa.array(rows["rounds"], pa.int32()),
+        **{c: pa.array(rows[c], pa.float64()) for c in ("tau_c", "epsilon", "threshold")},
+        "n": pa.array(rows["n"], pa.int64()),
+        **{c: pa.array(rows[c], pa.float64()) for c in (
+            "accuracy", "calls_mean", "calls_total", "calls_saved", "calls_saved_frac")},
+        "flips": pa.array(rows["flips"], pa.int64()),
+        **{c: pa.array(rows[c], pa.float64()) for c in ("flip_rate", "stop_mean",
+                                                         "calls_uaad_mean")},
+    })
+    front = pareto_front(np.asarray(rows["calls_mean"]), np.asarray(rows["accuracy"]))
+    table = table.append_column("pareto", pa.array(front))
+    full = {"n": total, "accuracy": float(full_sum[0]) / total,
+            "calls_mean": full_calls / total, "calls_total": full_calls,
+            "flips": int(round(float(full_sum[2]))), "stop_mean": float(full_sum[3]) / total}
+    return ReplayResult(table=table, full=full, notes=notes)
+
+
+def plot_replay(result: ReplayResult, path: str | os.PathLike, *, title: str = "") -> None:
+    """Accuracy against mean calls per question, one colour per policy, the Pareto front
+    drawn as a line with its points ringed, the full debate starred. Needs matplotlib
+    (``fastuq[plot]``); the figure is written atomically."""
+    try:
+        import matplotlib
+    except ImportError as exc:
+        raise ImportError("plotting needs matplotlib: pip install 'fastuq[plot]'") from exc
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from fastuq.io.writers import _discard, _publish, _temporary
+
+    t = result.table.to_pydict()
+    fig, ax = plt.subplots(figsize=(9.5, 4.8))
+    kinds = list(dict.fromkeys(
+        p if e is None else f"{p}:{e}" for p, e in zip(t["policy"], t["estimator"],
+                                                      strict=True)))
+    for kind in kinds:
+        sel = [i for i, (p, e) in enumerate(zip(t["policy"], t["estimator"], strict=True))
+               if (p if e is None else f"{p}:{e}") == kind]
+        ax.scatter([t["calls_mean"][i] for i in sel], [t["accuracy"][i] for i in sel],
+                   s=10 if len(sel) > 40 else 24, alpha=0.6, label=f"{kind} ({len(sel)} points)")
+    on = sorted((t["calls_mean"][i], t["accuracy"][i]) for i in range(len(t["pareto"]))
+                if t["pareto"][i])
+    if on:
+        ax.step([c for c, _ in on], [a for _, a in on], where="post", color="black", lw=1,
+                label="Pareto front")
+        ax.scatter([c for c, _ in on], [a for _, a in on], s=60, facecolors="none",
+                   edgecolors="black")
+    ax.scatter([result.full["calls_mean"]], [result.full["accuracy"]], marker="*", s=160,
+               color="red", zorder=5, label="full debate")
+    ax.set_xlabel("model calls per question (mean)")
+    ax.set_ylabel("accuracy of the answer at the stop")
+    ax.set_title(title or f"budget-policy replay, n = {result.full['n']}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig.tight_layout()
+    from pathlib import Path
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temporary(path)
+    try:
+        fig.savefig(tmp, format="png", dpi=120)
+    except BaseException:
+        _discard(tmp)
+        raise
+    finally:
+        plt.close(fig)
+    _publish(tmp, path)

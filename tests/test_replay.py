@@ -1,0 +1,204 @@
+"""Budget-policy replay (fastuq.replay, ``fastuq replay``): a hand-built 3-agent, 3-round
+corpus whose stop rounds, answers, calls and flips are worked out below by hand; the
+vectorized grid evaluation against the direct one; chunking; the DyLAN-style final answer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fastuq.cli import main
+from fastuq.replay import Policy, grid_sums, pareto_front, replay, stop_rounds
+
+# Reference "5" everywhere. Per trajectory: the answers of rounds 0, 1, 2 (3 agents), and
+# worked out by hand: the majority answer per round (ties to the lowest slot), whether it is
+# correct, the agreement (modal votes / 3).
+#   T1  5 5 3 | 5 5 5 | 5 5 5   majority 5 5 5   correct T T T   agreement 2/3 1 1
+#   T2  3 3 5 | 3 5 5 | 5 5 5   majority 3 5 5   correct F T T   agreement 2/3 2/3 1
+#   T3  5 3 4 | 3 3 4 | 3 3 3   majority 5 3 3   correct T F F   agreement 1/3 2/3 1
+#        (round 0: three classes of one vote each, the tie goes to slot 0's "5")
+#   T4  4 4 4 | 4 4 4 | 5 5 5   majority 4 4 5   correct F F T   agreement 1 1 1
+ANSWERS = [
+    [["5", "5", "3"], ["5", "5", "5"], ["5", "5", "5"]],
+    [["3", "3", "5"], ["3", "5", "5"], ["5", "5", "5"]],
+    [["5", "3", "4"], ["3", "3", "4"], ["3", "3", "3"]],
+    [["4", "4", "4"], ["4", "4", "4"], ["5", "5", "5"]],
+]
+
+
+def _corpus(belief: bool = False) -> pa.Table:
+    cols = {
+        "trajectory_id": [f"T{k + 1}" for k in range(4)],
+        "protocol": ["debate"] * 4,
+        "n_agents": pa.array([3] * 4, pa.int32()),
+        "reference": ["5"] * 4,
+        "answers": ANSWERS,
+        "token_entropy": [[0.0, 0.0, 0.0]] * 4,
+        "correct": [True, True, False, True],
+    }
+    if belief:
+        cols["belief"] = [[[0.9] * 3] * 3] * 4
+    return pa.table(cols)
+
+
+def _row(result, **match) -> dict:
+    rows = [r for r in result.table.to_pylist()
+            if all(r[k] == v if not isinstance(v, float) else abs(r[k] - v) < 1e-12
+                   for k, v in match.items())]
+    assert len(rows) == 1, (match, rows)
+    return rows[0]
+
+
+def test_fixed_rounds_and_the_full_debate_by_hand():
+    res = replay(_corpus(), ["fixed"])
+    # full debate (stop at round 2): correct T T F T, 9 calls each, T3 flips (right at 0)
+    assert res.full["accuracy"] == 0.75 and res.full["calls_mean"] == 9.0
+    assert res.full["flips"] == 1
+    r1 = _row(res, policy="fixed", rounds=1)  # stop 0: T F T F, 3 calls, no flips
+    assert (r1["accuracy"], r1["calls_mean"], r1["flips"], r1["stop_mean"]) == (0.5, 3.0, 0, 0)
+    assert r1["calls_saved"] == 36 - 12 and r1["calls_saved_frac"] == pytest.approx(24 / 36)
+    r2 = _row(res, policy="fixed", rounds=2)  # stop 1: T T F F, 6 calls, T3 flips
+    assert (r2["accuracy"], r2["calls_mean"], r2["flips"]) == (0.5, 6.0, 1)
+    r3 = _row(res, policy="fixed", rounds=3)
+    assert (r3["accuracy"], r3["calls_mean"], r3["flips"]) == (0.75, 9.0, 1)
+
+
+def test_uaad_stop_rule_by_hand():
+    res = replay(_corpus(), [Policy("uaad", tau_c=[0.6, 0.8], epsilon=[0.05, 0.4])])
+    # tau .8, eps .05: T1 stops at 2 (moved 1/3 at round 1, 0 at 2), T2 and T3 reach no
+    # stable consensus (cap 2), T4 stops at 1 (unanimous twice): T T F F, calls 9 9 9 6
+    r = _row(res, policy="uaad", tau_c=0.8, epsilon=0.05)
+    assert (r["accuracy"], r["calls_mean"], r["flips"], r["stop_mean"]) == (0.5, 8.25, 1, 1.75)
+    # tau .6, eps .4: everyone stops at round 1: T T F F, 6 calls, T3 flips
+    r = _row(res, policy="uaad", tau_c=0.6, epsilon=0.4)
+    assert (r["accuracy"], r["calls_mean"], r["flips"], r["stop_mean"]) == (0.5, 6.0, 1, 1.0)
+    # UAAD's own budget without routing: Q = 3 + 3 stop + 1
+    assert r["calls_uaad_mean"] == 3 + 3 * 1.0 + 1
+    # tau .6, eps .05: T1 (moved 1/3 at 1, 0 at 2) -> 2; T2 (2/3 twice) -> 1; T3 -> 2; T4 -> 1
+    r = _row(res, policy="uaad", tau_c=0.6, epsilon=0.05)
+    assert (r["accuracy"], r["calls_mean"], r["stop_mean"]) == (0.5, 7.5, 1.5)
+
+
+def test_uaad_route_by_hand():
+    # Derived round-0 risk (h = 0: zero entropy): .35 q + .20 d
+    #   T1, T2: q = 1/3, d = 2/3 (one agreeing pair of three) -> 0.25, low (cap 1, N = 1)
+    #   T3: q = 2/3, d = 1 -> 0.4333, medium (cap 1, N = 3);  T4: 0, low
+    # tau .8, eps .05: all stop at round 1 (the cap; T4 by consensus): T T F F
+    res = replay(_corpus(), [Policy("uaad_route", tau_c=[0.8], epsilon=[0.05])])
+    r = _row(res, policy="uaad_route")
+    assert (r["accuracy"], r["calls_mean"], r["flips"], r["stop_mean"]) == (0.5, 6.0, 1, 1.0)
+    # Q = M + N R + 1: T1, T2, T4 low 3 + 1 + 1 = 5, T3 medium 3 + 3 + 1 = 7
+    assert r["calls_uaad_mean"] == pytest.approx((5 + 5 + 7 + 5) / 4, abs=1e-12)
+    assert any("derived" in note for note in res.notes)
+    # the tiers' round budgets are parameters: high budgets everywhere give the plain rule
+    big = {"rounds_low": 5, "rounds_medium": 5, "rounds_high": 5}
+    res = replay(_corpus(), [Policy("uaad_route", tau_c=[0.8], epsilon=[0.05])], params=big)
+    assert _row(res, policy="uaad_route")["calls_mean"] == 8.25
+
+
+def test_uaad_route_matches_the_uaad_kernel_stop():
+    import fastuq
+    from fastuq.cli import sample_corpus_path
+
+    table = pq.read_table(sample_corpus_path())
+    table = table.filter(pa.compute.equal(table.column("protocol"), "debate"))
+    scores = fastuq.score(table, methods=["uaad"]).column("uaad_stop").to_numpy()
+    res = replay(table, [Policy("uaad_route", tau_c=[0.8], epsilon=[0.05])])
+    assert _row(res, policy="uaad_route")["stop_mean"] == pytest.approx(scores.mean(), abs=1e-12)
+
+
+def test_bccs_first_full_consensus_by_hand():
+    # beliefs 0.9 everywhere: full consensus needs all three agents (p_s > 2/3): T1 at round
+    # 1, T2 and T3 at 2, T4 at 0 -> correct T T F F, calls 6 9 9 3, T3 flips
+    res = replay(_corpus(belief=True), ["bccs"])
+    r = _row(res, policy="bccs")
+    assert (r["accuracy"], r["calls_mean"], r["flips"], r["stop_mean"]) == (0.5, 6.75, 1, 1.25)
+
+
+def test_trace_threshold_on_mean_agreement_by_hand():
+    # mean_agreement after round t = -mean(agreement[0..t]):
+    #   T1 -2/3 -5/6 -8/9;  T2 -2/3 -2/3 -7/9;  T3 -1/3 -1/2 -2/3;  T4 -1 -1 -1
+    # threshold -0.8: T1 stops at 1, T2 and T3 never (2), T4 at 0 -> T T F F, 6 9 9 3
+    res = replay(_corpus(), [Policy("trace", estimator="mean_agreement",
+                                    thresholds=[-0.8, 0.0])])
+    r = _row(res, policy="trace", threshold=-0.8)
+    assert (r["accuracy"], r["calls_mean"], r["flips"], r["stop_mean"]) == (0.5, 6.75, 1, 1.25)
+    r = _row(res, policy="trace", threshold=0.0)  # everything passes after round 0
+    assert (r["accuracy"], r["calls_mean"], r["stop_mean"]) == (0.5, 3.0, 0.0)
+
+
+def test_pareto_front_by_hand():
+    calls = np.array([3.0, 6.0, 9.0, 6.0, 4.0, 4.0])
+    acc = np.array([0.5, 0.5, 0.75, 0.6, 0.4, 0.5])
+    # (3, .5) beats (4, .4), (4, .5) and (6, .5); (6, .6) and (9, .75) climb
+    assert pareto_front(calls, acc).tolist() == [True, False, True, True, False, False]
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), t=st.integers(1, 6), n=st.integers(1, 30),
+       g=st.integers(1, 9))
+def test_grid_sums_equal_the_direct_evaluation(seed, t, n, g):
+    rng = np.random.default_rng(seed)
+    active = rng.random((t, n)) < 0.5
+    first = rng.integers(0, g + 2, (t, n))  # g and above: never within the grid
+    cap = rng.integers(0, t, n)
+    metrics = rng.normal(size=(3, t, n))
+    got = grid_sums(metrics, active, first, cap, g)
+    for j in range(g):
+        stop = stop_rounds(active, first, cap, j)
+        want = metrics[:, stop, np.arange(n)].sum(axis=1)
+        np.testing.assert_allclose(got[:, j], want, rtol=0, atol=1e-9)
+
+
+def test_replay_is_chunk_invariant():
+    from fastuq.cli import sample_corpus_path
+
+    pols = ["fixed", Policy("uaad", tau_c=[0.5, 0.8, 1.0], epsilon=[0.0, 0.1, 0.5]),
+            Policy("trace", estimator="sauce", thresholds=[-0.9, -0.6, -0.3])]
+    path = sample_corpus_path()
+    whole = replay(path, pols, chunk_rows=1 << 18).table
+    parts = replay(path, pols, chunk_rows=333).table
+    for c in ("accuracy", "calls_mean", "flips", "stop_mean"):
+        np.testing.assert_allclose(parts.column(c).to_numpy(), whole.column(c).to_numpy(),
+                                   rtol=0, atol=1e-12)
+
+
+def test_full_debate_matches_the_corpus_labels_on_the_sample():
+    from fastuq.cli import sample_corpus_path
+
+    table = pq.read_table(sample_corpus_path())
+    res = replay(table, ["fixed"])
+    assert res.full["accuracy"] == pytest.approx(
+        float(np.mean(table.column("correct").to_numpy())), abs=1e-12)
+
+
+def test_replay_needs_a_reference_and_rejects_unknown_policies():
+    with pytest.raises(ValueError, match="reference"):
+        replay(_corpus().drop(["reference"]), ["fixed"])
+    with pytest.raises(ValueError, match="unknown policy"):
+        Policy("never")
+    with pytest.raises(ValueError, match="tau_c"):
+        Policy("uaad", tau_c=[1.5])
+    with pytest.raises(ValueError, match="estimator"):
+        Policy("trace")
+
+
+def test_cli_replay_writes_table_and_plot(tmp_path, capsys):
+    src = tmp_path / "c.parquet"
+    pq.write_table(_corpus(), src)
+    out, fig = tmp_path / "r.parquet", tmp_path / "r.png"
+    rc = main(["replay", str(src), "--policy", "fixed,uaad,trace:mean_agreement",
+               "--tau-c", "0.6,0.8", "--epsilon", "0:0.4:3", "--thresholds=-0.8,0",
+               "-o", str(out), "--plot", str(fig)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "full debate: accuracy 0.7500" in text and "Pareto front" in text
+    table = pq.read_table(out)
+    assert table.num_rows == 3 + 2 * 3 + 2
+    assert fig.stat().st_size > 1000
+    rc = main(["replay", str(src), "--thresholds", "4"])  # no trace policy
+    assert rc == 2 and "trace" in capsys.readouterr().err
