@@ -626,3 +626,27 @@ def test_add_beliefs_refuses_what_it_cannot_use():
         add_beliefs(add_beliefs(table))
     empty = corpus_with_beliefs(0)
     assert empty.num_rows == 0 and "belief" in empty.column_names
+
+
+def test_beliefs_derived_from_answer_logprob():
+    """Without a ``belief`` column the belief is exp(answer_logprob), the probability of the
+    answer's tokens: the same scores as the beliefs given directly (to float rounding)."""
+    table = corpus_with_beliefs(300, protocol="mixed", seed=11)
+    belief = table.column("belief").to_pylist()
+    logp = [[[None if b is None else float(np.log(b)) if b > 0 else -800.0 for b in r]
+             for r in rows] for rows in belief]
+    derived = table.drop(["belief"]).append_column(
+        "answer_logprob", pa.array(logp, pa.list_(pa.list_(pa.float64()))))
+    want = fastuq.score(table, "bccs,sauce_belief")
+    got = fastuq.score(derived, "bccs,sauce_belief")
+    for column in ("bccs", "bccs_first_full", "bccs_leader", "sauce_belief"):
+        np.testing.assert_allclose(got[column].to_numpy(), want[column].to_numpy(), rtol=0,
+                                   atol=1e-12, err_msg=column)
+    bad = [[[0.1 if k == 1 and t == 0 and a == 0 else x for a, x in enumerate(r)]
+            for t, r in enumerate(rows)] for k, rows in enumerate(logp)]
+    bad_table = derived.set_column(derived.column_names.index("answer_logprob"),
+                                   "answer_logprob",
+                                   pa.array(bad, pa.list_(pa.list_(pa.float64()))))
+    with pytest.raises(ValueError, match=r"round 0, agent 0: answer_logprob = 0.1 is not a "
+                                         r"finite log-probability"):
+        fastuq.score(bad_table, "bccs")

@@ -23,6 +23,12 @@ DESIGN_TYPES = {
     "token_logprobs": pa.list_(pa.list_(pa.list_(pa.float32()))),
     "topk_logprobs": pa.list_(pa.list_(pa.list_(pa.list_(pa.float32())))),
     "belief": pa.list_(pa.list_(pa.float64())),
+    # DESIGN.md's UAAD step signals, [round][agent][step]
+    "step_h": pa.list_(pa.list_(pa.list_(pa.float64()))),
+    "step_q": pa.list_(pa.list_(pa.list_(pa.float64()))),
+    "step_d": pa.list_(pa.list_(pa.list_(pa.float64()))),
+    # not in DESIGN.md: the log-probability of each node's answer tokens (BCCS's belief)
+    "answer_logprob": pa.list_(pa.list_(pa.float64())),
     "predecessors": pa.list_(pa.list_(pa.list_(pa.int32()))),
     "flags": pa.list_(pa.string()),
     "texts": pa.list_(pa.list_(pa.string())),

@@ -92,6 +92,8 @@ class Batch:
             )
         if name == "node_entropy" and not self._present("node_entropy"):
             return self._present("topk_logprobs")
+        if name == "belief" and not self._present("belief"):
+            return self._present("answer_logprob")
         return self._present(name)
 
     def _present(self, name: str) -> bool:

@@ -35,7 +35,10 @@ input               shape           built from
                                     checked against ``round_mask``
 ``belief``          ``[T, N, A]``   ``belief``, checked finite and in [0, 1] wherever given,
                                     and given wherever the agent voted (``answer_class``
-                                    >= 0); rounds checked against ``round_mask``
+                                    >= 0); rounds checked against ``round_mask``; without
+                                    it, ``exp(answer_logprob)``: the probability of the
+                                    answer's tokens (BCCS's b = P(x | q, e)), checked
+                                    finite and <= 0
 ``n_agents``        ``[N]``         the initial team size: ``n_agents``, else the widest
                                     round of ``answers`` (always present, >= 1)
 ``round_risk``      ``[T, N]``      UAAD's largest step risk per round: ``step_h``,
@@ -46,8 +49,8 @@ input               shape           built from
                                     (:mod:`fastuq.signals.risk`)
 ==================  ==============  =====================================================
 
-``belief`` is required as a column: nothing derives it (from answer-token probabilities,
-say) yet.
+``belief`` comes from the ``belief`` column, or else from ``answer_logprob`` (the summed
+log-probability of the tokens of each node's stated answer).
 """
 
 from __future__ import annotations
@@ -313,19 +316,27 @@ def _belief(ctx: Context) -> np.ndarray:
     """``belief [T, N, A]`` (NaN where null), checked: finite and in [0, 1] where given,
     given where the agent voted, with the rounds of ``round_mask``."""
     mask = ctx.batch.rounds("agreement")[1]
-    b, given, b_rounds = ctx.batch.nodes("belief")
-    _same_rounds(ctx.batch, mask, b_rounds, "belief")
+    field = "belief" if ctx.batch._present("belief") else "answer_logprob"
+    b, given, b_rounds = ctx.batch.nodes(field)
+    _same_rounds(ctx.batch, mask, b_rounds, field)
     with np.errstate(invalid="ignore"):
-        bad = given & ~(np.isfinite(b) & (b >= 0) & (b <= 1))
+        if field == "belief":
+            bad = given & ~(np.isfinite(b) & (b >= 0) & (b <= 1))
+        else:
+            bad = given & ~(np.isfinite(b) & (b <= 0))
     if bad.any():
-        _first_bad(ctx.batch, bad, "belief", "is not a finite probability in [0, 1]", b)
+        what = ("is not a finite probability in [0, 1]" if field == "belief" else
+                "is not a finite log-probability <= 0")
+        _first_bad(ctx.batch, bad, field, what, b)
+    if field == "answer_logprob":  # the belief is the answer's probability (BCCS)
+        b = np.exp(np.where(given, b, 0.0)).astype(b.dtype)
     missing = (_answer_class(ctx) >= 0) & ~given
     if missing.any():
         n, t, a = np.unravel_index(int(np.argmax(missing.transpose(1, 0, 2))),
                                    (b.shape[1], b.shape[0], b.shape[2]))
         raise RecordError(
-            f"trajectory {ctx.batch.labels[int(n)]}, round {int(t)}, agent {int(a)}: belief "
-            f"is missing (null) where the agent answered (field belief)", row=int(n))
+            f"trajectory {ctx.batch.labels[int(n)]}, round {int(t)}, agent {int(a)}: {field} "
+            f"is missing (null) where the agent answered (field {field})", row=int(n))
     return b
 
 
@@ -431,8 +442,9 @@ INPUTS: Mapping[str, PackedInput] = {
                     lambda batch, packing: True, _edges, "predecessors"),
         PackedInput("answer_class", 1, -1, _cols("answers", "n_agents"), _cols(),
                     _has("answers"), _answer_class, "answers"),
-        PackedInput("belief", 1, 0.0, _cols("belief", "answers", "n_agents"), _cols(),
-                    _has("belief"), _belief, "belief"),
+        PackedInput("belief", 1, 0.0, _cols("belief", "answers", "n_agents"),
+                    _cols("answer_logprob", "answers", "n_agents"), _has("belief"), _belief,
+                    "belief (or answer_logprob)"),
         PackedInput("round_risk", 1, 0.0,
                     _cols("step_h", "step_q", "step_d", "n_agents"),
                     _cols("agreement", "answers", "token_entropy", "n_agents"),

@@ -63,7 +63,8 @@ _ALWAYS = ("question_id", "protocol", "correct", "agreement", "token_entropy", "
 #: ``topk_logprobs``) and ``texts`` are read only when a method uses them: they are often
 #: 10-100x larger than everything else together, and reading them for a check alone would
 #: break the memory bound of a chunk.
-_CHECKED_NODE_COLUMNS = ("answers", "seq_logprob", "n_tokens", "belief", "predecessors")
+_CHECKED_NODE_COLUMNS = ("answers", "seq_logprob", "n_tokens", "belief", "answer_logprob",
+                         "predecessors")
 CHECKS = ("corpus", "used")
 
 

@@ -66,6 +66,10 @@ CANONICAL: pa.Schema = pa.schema(
         pa.field("token_logprobs", _lst(_F32, 3)),
         pa.field("topk_logprobs", _lst(_F32, 4)),
         pa.field("belief", _lst(_F64, 2)),
+        pa.field("answer_logprob", _lst(_F64, 2)),
+        pa.field("step_h", _lst(_F64, 3)),
+        pa.field("step_q", _lst(_F64, 3)),
+        pa.field("step_d", _lst(_F64, 3)),
         pa.field("predecessors", _lst(_I32, 3)),
         pa.field("flags", _lst(_STR)),
         pa.field("texts", _lst(_STR, 2)),
@@ -75,7 +79,7 @@ CANONICAL: pa.Schema = pa.schema(
 
 NODE_COLUMNS: tuple[str, ...] = (
     "answers", "seq_logprob", "n_tokens", "token_logprobs", "topk_logprobs", "belief",
-    "predecessors", "texts",
+    "answer_logprob", "step_h", "step_q", "step_d", "predecessors", "texts",
 )
 """Canonical columns indexed ``[round][agent]`` (possibly with deeper levels below)."""
 
