@@ -609,6 +609,12 @@ def test_cli_import_generic_and_options(tmp_path, monkeypatch, capsys):
     assert "imported 3 trajectories" in capsys.readouterr().out
     assert pq.read_table(out).equals(import_generic(GENERIC / "long.jsonl",
                                                     config=GENERIC / "long.toml"))
+    # the spelling: the format, the option, then the logs
+    out2 = tmp_path / "g2.parquet"
+    assert _main(monkeypatch, ["import", "generic", "--config", str(GENERIC / "long.toml"),
+                               str(GENERIC / "long.jsonl"), "-o", str(out2)]) == 0
+    assert pq.read_table(out2).equals(pq.read_table(out))
+    capsys.readouterr()
     out = tmp_path / "c.parquet"
     assert _main(monkeypatch, ["import", "chateval",
                                str(CHATEVAL / "scores" / "pair_comparison_results.json"),

@@ -54,6 +54,28 @@ def add_parser(sub) -> None:
     p.add_argument("--references", metavar="FILE",
                    help="chateval: the run's input file (question and human_results per "
                         "record), for the gold of results that carry none")
+    _intermixed(p)
+
+
+def _intermixed(p: argparse.ArgumentParser) -> None:
+    """Let ``p`` take its positionals on both sides of options (``fastuq import generic
+    --config map.toml logs.jsonl``): argparse otherwise gives a ``nargs="+"`` positional
+    only the words before the first option. The subcommand's parse becomes
+    :meth:`argparse.ArgumentParser.parse_known_intermixed_args`, which itself calls
+    ``parse_known_args``: that inner call gets the plain one."""
+    inner = False
+
+    def parse_known_args(args=None, namespace=None):
+        nonlocal inner
+        if inner:
+            return argparse.ArgumentParser.parse_known_args(p, args, namespace)
+        inner = True
+        try:
+            return argparse.ArgumentParser.parse_known_intermixed_args(p, args, namespace)
+        finally:
+            inner = False
+
+    p.parse_known_args = parse_known_args
 
 
 #: Options that belong to one format: (attribute, flag, format).
