@@ -11,24 +11,33 @@ from pathlib import Path
 
 from fastuq.cli import options as cs
 
-FORMATS = ("dylan", "du")
+#: The formats ``fastuq import`` takes (``fastuq.importers.FORMATS``, named here so that
+#: ``fastuq --help`` imports no importer).
+FORMATS = ("dylan", "du", "ford", "agora", "chateval", "mad", "generic")
+_INPUT_SUFFIXES = (".json", ".jsonl", ".parquet")
 
 
 def add_parser(sub) -> None:
     """Register ``import`` on the subparsers ``sub``."""
     p = cs.subcommand(
         sub, "import",
-        help="import raw debate logs (DyLAN, Du et al.) into a canonical corpus file",
+        help="import raw debate logs (DyLAN, Du et al., FORD, LLM-Agora, ChatEval, MAD, or any "
+             "layout through a mapping) into a canonical corpus file",
         description=(
-            "Read raw multi-agent debate logs of FORMAT (dylan: DyLAN's MATH logs; du: Du et "
-            "al.'s {question: [agent_contexts, gold]} logs) from SRC files or folders, parse "
-            "every response's answer, and write one canonical record per trajectory to OUT "
-            "(Parquet, written atomically), then print a summary."
+            "Read raw multi-agent debate logs of FORMAT from SRC files or folders, parse every "
+            "response's answer, and write one canonical record per trajectory to OUT (Parquet, "
+            "written atomically), then print a summary. FORMAT: dylan (DyLAN's MATH logs), du "
+            "(Du et al.'s {question: [agent_contexts, gold]} logs), ford (FORD's JSONL debate "
+            "records), agora (LLM-Agora's *_result*.json), chateval (ChatEval's "
+            "pair_comparison_results.json), mad (MAD's per-debate JSON files), generic (any "
+            "JSONL or Parquet layout, mapped by --config map.toml). Without FORMAT the format "
+            "is told from the first file and printed (generic, when --config is given)."
         ),
     )
-    p.add_argument("format", choices=FORMATS, metavar="FORMAT", help="dylan | du")
+    p.usage = "%(prog)s [FORMAT] SRC [SRC ...] -o OUT [options]"
     p.add_argument("src", nargs="+", metavar="SRC",
-                   help="log files, or folders (their *.json files, recursively)")
+                   help="log files or folders, after the format when it is named: "
+                        f"{' | '.join(FORMATS)} (detected when left out)")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="output Parquet file")
     p.add_argument("--math", action="store_true",
                    help="also count answers equivalent by math-verify (pip install "
@@ -36,9 +45,42 @@ def add_parser(sub) -> None:
     cs.add_progress(p, ", per input file")
     p.add_argument("--processes", type=int, default=1, metavar="N",
                    help="worker processes, one input file at a time each (default 1)")
-    p.add_argument("--no-recover", dest="recover", action="store_false",
+    p.add_argument("--no-recover", dest="recover", action="store_false", default=None,
                    help="dylan: keep only the stored histories, do not fill dropped agents' "
                         "responses from the quotes in other agents' prompts")
+    p.add_argument("--config", metavar="MAP.toml",
+                   help="generic: the TOML mapping of the layout to the canonical columns "
+                        "(keys: fastuq.importers.generic)")
+    p.add_argument("--references", metavar="FILE",
+                   help="chateval: the run's input file (question and human_results per "
+                        "record), for the gold of results that carry none")
+    _intermixed(p)
+
+
+def _intermixed(p: argparse.ArgumentParser) -> None:
+    """Let ``p`` take its positionals on both sides of options (``fastuq import generic
+    --config map.toml logs.jsonl``): argparse otherwise gives a ``nargs="+"`` positional
+    only the words before the first option. The subcommand's parse becomes
+    :meth:`argparse.ArgumentParser.parse_known_intermixed_args`, which itself calls
+    ``parse_known_args``: that inner call gets the plain one."""
+    inner = False
+
+    def parse_known_args(args=None, namespace=None):
+        nonlocal inner
+        if inner:
+            return argparse.ArgumentParser.parse_known_args(p, args, namespace)
+        inner = True
+        try:
+            return argparse.ArgumentParser.parse_known_intermixed_args(p, args, namespace)
+        finally:
+            inner = False
+
+    p.parse_known_args = parse_known_args
+
+
+#: Options that belong to one format: (attribute, flag, format).
+_FORMAT_OPTIONS = (("recover", "--no-recover", "dylan"), ("config", "--config", "generic"),
+                   ("references", "--references", "chateval"))
 
 
 def summarize(table, seconds: float | None = None) -> str:
@@ -76,58 +118,75 @@ def summarize(table, seconds: float | None = None) -> str:
     return "\n".join(lines)
 
 
-def _import_with_progress(args: argparse.Namespace, bar) -> object:
-    """The imported table, file group by file group, reporting files done to ``bar``.
-
-    One importer call per group of files (``processes`` files per worker each), so parallel
-    imports stay parallel; the tables are concatenated in file order, as one call would
-    give them."""
-    import pyarrow as pa
-
-    from fastuq.importers import import_du, import_dylan
-    from fastuq.importers.common import expand_paths
-
-    files = expand_paths(args.src)
-    group = 1 if args.processes <= 1 else 4 * args.processes
-    parts = []
-    for k in range(0, len(files), group):
-        some = files[k:k + group]
-        if args.format == "dylan":
-            parts.append(import_dylan(some, math=args.math, processes=args.processes,
-                                      recover=args.recover))
-        else:
-            parts.append(import_du(some, math=args.math, processes=args.processes))
-        bar(k + len(some), len(files))
-    return pa.concat_tables(parts)
+def _split_format(src: list[str]) -> tuple[str | None, list[str]]:
+    """(format or None, sources): the first token is the format when it names one and is not
+    an existing path."""
+    if src and src[0] in FORMATS and not Path(src[0]).exists():
+        return src[0], src[1:]
+    return None, src
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``fastuq import``; returns the exit status."""
     from fastuq.engine.scoring import ProgressBar
-    from fastuq.importers.common import expand_paths
     from fastuq.io.writers import atomic_write_parquet, cli_check_outputs
 
     prog = "fastuq import"
+    fmt, src = _split_format(list(args.src))
+    if not src:
+        return cs.fail(prog, f"give the logs to import after {fmt} (files or folders)")
     if args.processes < 1:
         print(f"{prog}: --processes must be at least 1", file=sys.stderr)
         return 2
-    rc = cli_check_outputs(prog, args.src, [("-o", args.output, "parquet")],
-                           reads=lambda p: p.name.endswith(".json")
+    if fmt is None and args.config is not None:
+        fmt = "generic"
+    for attr, flag, owner in _FORMAT_OPTIONS:
+        if fmt is not None and getattr(args, attr) is not None and fmt != owner:
+            return cs.fail(prog, f"{flag} is for {owner} logs, not {fmt}")
+    if fmt == "generic" and args.config is None:
+        return cs.fail(prog, "generic needs --config MAP.toml (the mapping of the layout)")
+    rc = cli_check_outputs(prog, src, [("-o", args.output, "parquet")],
+                           reads=lambda p: p.name.endswith(_INPUT_SUFFIXES)
                            and not p.name.startswith("."))
     if rc is not None:
         return rc
+    from fastuq.importers import detect_format, load_mapping, log_files
+    from fastuq.importers.chateval import read_references
+
+    if fmt is None:
+        try:
+            fmt, first = detect_format(src)
+        except (ValueError, FileNotFoundError) as exc:
+            return cs.fail(prog, exc, 1)
+        for attr, flag, owner in _FORMAT_OPTIONS:
+            if getattr(args, attr) is not None and fmt != owner:
+                return cs.fail(prog, f"{flag} is for {owner} logs, and {first} reads as {fmt}")
+        print(f"detected format: {fmt} (from {first})")
+    options: dict = {}
     try:
-        expand_paths(args.src)
+        if fmt == "dylan":
+            options["recover"] = args.recover is not False
+        elif fmt == "generic":
+            options["config"] = load_mapping(args.config)
+        elif fmt == "chateval" and args.references is not None:
+            options["references"] = read_references(args.references)
+    except (ValueError, FileNotFoundError) as exc:
+        return cs.fail(prog, exc, 2)
+    try:
+        log_files(fmt, src, config=options.get("config"))
     except (ValueError, FileNotFoundError) as exc:
         return cs.fail(prog, exc, 1)
     if args.math:
         import logging
 
         logging.getLogger("math_verify").setLevel(logging.ERROR)  # per-pair timeout notices
+    from fastuq.importers import import_logs
+
     start = time.perf_counter()
     try:
         with closing(ProgressBar(args.progress, unit="files")) as bar:
-            table = _import_with_progress(args, bar)
+            table = import_logs(fmt, src, math=args.math, processes=args.processes,
+                                progress=bar, **options)
         atomic_write_parquet(table, Path(args.output))
     except (ValueError, FileNotFoundError, ImportError, OSError) as exc:
         return cs.fail(prog, exc, 1)

@@ -5,63 +5,174 @@
   (details, flags and the recovery of dropped responses: ``fastuq.importers.dylan``).
 * :func:`import_du`: Du et al.'s multi-agent debate logs (``{question: [agent_contexts,
   gold]}``); protocol ``"debate"``.
+* :func:`import_ford`: FORD's two-agent (and round-table) debates, JSONL records with
+  per-turn parsed answers ``P`` (Waste-Wood/FORD); protocol ``"ford"``
+  (``fastuq.importers.ford``).
+* :func:`import_agora`: LLM-Agora's ``*_result*.json`` files (gauss5930/LLM-Agora);
+  protocol ``"agora"`` (``fastuq.importers.agora``).
+* :func:`import_chateval`: ChatEval's ``pair_comparison_results.json`` (thunlp/ChatEval),
+  referees' verdicts as labels; protocol ``"chateval"`` (``fastuq.importers.chateval``).
+* :func:`import_mad`: MAD debate files (Skytliang/Multi-Agents-Debate), answers as letters
+  or short labels; protocol ``"mad"`` (``fastuq.importers.mad``).
+* :func:`import_generic`: any JSONL or Parquet layout with rounds and agents, through a
+  TOML mapping (``fastuq.importers.generic`` documents every key).
 
-Both return one row per trajectory with the canonical columns ``trajectory_id``,
+:func:`detect_format` tells a log's format from its first file (``fastuq.importers.detect``);
+:func:`import_logs` dispatches by format name.
+
+All return one row per trajectory with the canonical columns ``trajectory_id``,
 ``question_id``, ``protocol``, ``n_agents``, ``reference``, ``final_answer``, ``correct``,
 ``agreement``, ``answers``, ``texts`` and ``flags`` (no ``token_entropy``: the logs carry no
-log-probabilities), plus ``question`` (the problem text) and, for DyLAN, ``subject`` and
-``level``. How answers, agreement, the final answer and correctness are derived (and why a
-round without any parseable answer gets agreement 0 and the flag ``unparseable_round``):
+log-probabilities), plus ``question`` (the problem text), for DyLAN ``subject`` and
+``level``, and for the other new formats ``agents`` (the agents' names by slot). How
+answers, agreement, the final answer and correctness are derived (and why a round without
+any parseable answer gets agreement 0 and the flag ``unparseable_round``):
 ``fastuq.importers.common``. Write a table with ``fastuq import`` or
 ``pyarrow.parquet.write_table``.
 
-Malformed files raise ``ValueError`` naming the file and, for a bad record, its index and
-an excerpt of its key (the question).
+Malformed files raise ``ValueError`` naming the file and, for a bad record, its index, an
+excerpt of its key (the question) and the field.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
 
 from fastuq.answers.check import _require_math_verify, process_pool
-from fastuq.importers.common import derive_columns, expand_paths, question_id, table_from_columns
+from fastuq.importers.agora import parse_agora_file
+from fastuq.importers.chateval import parse_chateval_file, read_references
+from fastuq.importers.common import (
+    AGENTS_FIELD,
+    ParsedRecord,
+    derive_columns,
+    expand_paths,
+    question_id,
+    table_from_columns,
+)
+from fastuq.importers.detect import DETECTABLE, detect_format
 from fastuq.importers.du import parse_du_file, parse_gold
 from fastuq.importers.dylan import TEAM_SIZE, parse_dylan_file
+from fastuq.importers.ford import parse_ford_file
+from fastuq.importers.generic import GenericMapping, load_mapping, parse_generic_file
+from fastuq.importers.mad import is_mad_config, parse_mad_file
 
-__all__ = ["FORMATS", "TEAM_SIZE", "import_du", "import_dylan", "import_logs", "parse_gold",
+__all__ = ["DETECTABLE", "FORMATS", "OPTIONS", "TEAM_SIZE", "detect_format", "import_agora",
+           "import_chateval", "import_du", "import_dylan", "import_ford", "import_generic",
+           "import_logs", "import_mad", "load_mapping", "log_files", "parse_gold",
            "question_id"]
 
 PathsLike = str | os.PathLike | Iterable[str | os.PathLike]
 
 _DYLAN_EXTRA = (pa.field("subject", pa.string()), pa.field("level", pa.int32()))
-_EXTRA = {"dylan": _DYLAN_EXTRA, "du": ()}
+_EXTRA = {"dylan": _DYLAN_EXTRA, "du": (), "ford": (AGENTS_FIELD,), "agora": (AGENTS_FIELD,),
+          "chateval": (AGENTS_FIELD,), "mad": (AGENTS_FIELD,), "generic": (AGENTS_FIELD,)}
 
 
-def _file_columns(fmt: str, path: Path, math: bool, recover: bool) -> dict[str, list]:
+#: Formats whose parsers take the file's name for the trajectory ids.
+_NAMED = ("ford", "agora", "chateval", "mad", "generic")
+
+
+def _parser(fmt: str, options: Mapping) -> Callable[..., list[ParsedRecord]]:
+    if fmt == "dylan":
+        return partial(parse_dylan_file, recover=options["recover"])
+    if fmt == "chateval":
+        return partial(parse_chateval_file, references=options.get("references"))
+    if fmt == "generic":
+        return partial(parse_generic_file, mapping=options["mapping"])
+    return {"du": parse_du_file, "ford": parse_ford_file, "agora": parse_agora_file,
+            "mad": parse_mad_file}[fmt]
+
+
+def _file_columns(fmt: str, path: Path, math: bool, options: Mapping, name: str
+                  ) -> dict[str, list]:
     """Parse one file and derive its columns (the unit of work of a worker process)."""
-    records = parse_dylan_file(path, recover=recover) if fmt == "dylan" else parse_du_file(path)
+    parse = _parser(fmt, options)
+    records = parse(path, name=name) if fmt in _NAMED else parse(path)
     return derive_columns(records, math=math, extra_names=[f.name for f in _EXTRA[fmt]])
 
 
+def file_names(files: list[Path]) -> list[str]:
+    """Each file's name in trajectory ids: its path below the deepest folder all ``files``
+    share, without its last suffix, ``/``-separated (``round0/copa_agreed`` for
+    ``.../ford/round0/copa_agreed.jsonl`` among the files of ``.../ford``; the stem for a
+    single file)."""
+    parents = [f.absolute().parent for f in files]
+    root = Path(os.path.commonpath(parents)) if parents else Path()
+    return [(parent.relative_to(root) / f.stem).as_posix()
+            for f, parent in zip(files, parents, strict=True)]
+
+
+def _files(fmt: str, paths: PathsLike, options: Mapping) -> list[Path]:
+    if fmt == "ford":
+        return expand_paths(paths, (".jsonl",))
+    if fmt == "agora":
+        return expand_paths(paths, keep=lambda p: "_result" in p.name)
+    if fmt == "mad":
+        return expand_paths(paths, keep=lambda p: not is_mad_config(p))
+    if fmt == "generic":
+        return expand_paths(paths, options["mapping"].suffixes)
+    return expand_paths(paths)
+
+
+def log_files(fmt: str, paths: PathsLike, *,
+              config: str | os.PathLike | Mapping | GenericMapping | None = None) -> list[Path]:
+    """The files the importer of ``fmt`` reads for ``paths``: named files as they are, and
+    of each folder (recursively, sorted, hidden files never) ``*.json`` (dylan, du,
+    chateval), ``*.jsonl`` (ford), ``*_result*.json`` (agora), ``*.json`` but MAD's
+    ``*-config.json`` (mad), or the mapping's ``*.jsonl`` / ``*.parquet`` (generic, which
+    needs ``config``)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown log format {fmt!r}; expected one of {sorted(FORMATS)}")
+    options = {}
+    if fmt == "generic":
+        if config is None:
+            raise ValueError("format 'generic' needs a mapping (config)")
+        options["mapping"] = config if isinstance(config, GenericMapping) \
+            else load_mapping(config)
+    return _files(fmt, paths, options)
+
+
 def _import(fmt: str, paths: PathsLike, math: bool, processes: int | None,
-            recover: bool = True) -> pa.Table:
+            progress: Callable[[int, int], None] | None = None, **options) -> pa.Table:
     if processes is not None and (isinstance(processes, bool) or processes < 1):
         raise ValueError(f"processes must be a positive integer or None, got {processes!r}")
     if math:
         _require_math_verify()
-    files = expand_paths(paths)
+    files = _files(fmt, paths, options)
+    names = file_names(files)
     n = len(files)
+    parts = []
     if processes and processes > 1 and n > 1:
         with process_pool(min(processes, n)) as pool:
-            parts = list(pool.map(_file_columns, [fmt] * n, files, [math] * n, [recover] * n))
+            for part in pool.map(_file_columns, [fmt] * n, files, [math] * n, [options] * n,
+                                 names):
+                parts.append(part)
+                if progress is not None:
+                    progress(len(parts), n)
     else:
-        parts = [_file_columns(fmt, f, math, recover) for f in files]
+        for f, name in zip(files, names, strict=True):
+            parts.append(_file_columns(fmt, f, math, options, name))
+            if progress is not None:
+                progress(len(parts), n)
     columns = {name: [v for part in parts for v in part[name]] for name in parts[0]}
+    if fmt in _NAMED:
+        _check_unique(columns["trajectory_id"])
     return table_from_columns(columns, _EXTRA[fmt])
+
+
+def _check_unique(ids: list[str]) -> None:
+    seen: dict[str, int] = {}
+    for i, tid in enumerate(ids):
+        first = seen.setdefault(tid, i)
+        if first != i:
+            raise ValueError(f"trajectory_id {tid!r} appears twice (trajectories {first} and "
+                             f"{i} of the import): a file given twice, or, with the generic "
+                             "mapping, trajectory ids that repeat in the data")
 
 
 def import_dylan(paths: PathsLike, *, math: bool = False, processes: int | None = None,
@@ -85,7 +196,7 @@ def import_dylan(paths: PathsLike, *, math: bool = False, processes: int | None 
       FileNotFoundError: a path does not exist.
       ImportError: ``math=True`` without math-verify.
     """
-    return _import("dylan", paths, math, processes, recover)
+    return _import("dylan", paths, math, processes, recover=recover)
 
 
 def import_du(paths: PathsLike, *, math: bool = False,
@@ -95,15 +206,101 @@ def import_du(paths: PathsLike, *, math: bool = False,
     return _import("du", paths, math, processes)
 
 
+def import_ford(paths: PathsLike, *, math: bool = False,
+                processes: int | None = None) -> pa.Table:
+    """Canonical table of FORD debate records (``fastuq.importers.ford``): ``paths`` are
+    JSONL files or folders (their ``*.jsonl`` files); the other arguments as
+    :func:`import_dylan`."""
+    return _import("ford", paths, math, processes)
+
+
+def import_agora(paths: PathsLike, *, math: bool = False,
+                 processes: int | None = None) -> pa.Table:
+    """Canonical table of LLM-Agora result files (``fastuq.importers.agora``): a folder
+    stands for its ``*_result*.json`` files; the other arguments as :func:`import_dylan`."""
+    return _import("agora", paths, math, processes)
+
+
+def import_chateval(paths: PathsLike, *, math: bool = False, processes: int | None = None,
+                    references: str | os.PathLike | Mapping[str, str] | None = None
+                    ) -> pa.Table:
+    """Canonical table of ChatEval pairwise-comparison results
+    (``fastuq.importers.chateval``).
+
+    Args:
+      paths: ``pair_comparison_results.json`` files, or folders (their ``*.json`` files).
+      references: the run's input file (FairEval's ``test.json``: ``question`` and
+        ``human_results`` per record), for the gold of results that carry none; or its
+        :func:`~fastuq.importers.chateval.read_references` ``{question: gold}``.
+      math, processes: as :func:`import_dylan`.
+    """
+    if references is None or isinstance(references, Mapping):
+        refs = None if references is None else dict(references)
+    else:
+        refs = read_references(references)
+    return _import("chateval", paths, math, processes, references=refs)
+
+
+def import_mad(paths: PathsLike, *, math: bool = False,
+               processes: int | None = None) -> pa.Table:
+    """Canonical table of MAD debate files (``fastuq.importers.mad``): one debate per
+    ``{id}.json`` (a folder's ``*-config.json`` prompt files are skipped); the other
+    arguments as :func:`import_dylan`."""
+    return _import("mad", paths, math, processes)
+
+
+def import_generic(paths: PathsLike, *, config: str | os.PathLike | Mapping | GenericMapping,
+                   math: bool = False, processes: int | None = None) -> pa.Table:
+    """Canonical table of JSONL or Parquet files under a generic mapping
+    (``fastuq.importers.generic`` documents every key).
+
+    Args:
+      paths: files, or folders (their ``*.jsonl`` / ``*.parquet`` files, as the mapping's
+        ``input.format`` allows).
+      config: the mapping: a TOML file, its parsed ``dict``, or a
+        :class:`~fastuq.importers.generic.GenericMapping`.
+      math, processes: as :func:`import_dylan`.
+    """
+    mapping = config if isinstance(config, GenericMapping) else load_mapping(config)
+    return _import("generic", paths, math, processes, mapping=mapping)
+
+
 #: Importers by format name, as ``fastuq import FORMAT`` takes them.
-FORMATS = {"dylan": import_dylan, "du": import_du}
+FORMATS = {"dylan": import_dylan, "du": import_du, "ford": import_ford,
+           "agora": import_agora, "chateval": import_chateval, "mad": import_mad,
+           "generic": import_generic}
+
+#: The options each format takes beyond ``math`` and ``processes``.
+OPTIONS = {"dylan": ("recover",), "du": (), "ford": (), "agora": (),
+           "chateval": ("references",), "mad": (), "generic": ("config",)}
 
 
 def import_logs(fmt: str, paths: PathsLike, *, math: bool = False,
-                processes: int | None = None) -> pa.Table:
-    """Dispatch to the importer of ``fmt`` (a key of :data:`FORMATS`)."""
-    try:
-        importer = FORMATS[fmt]
-    except KeyError:
-        raise ValueError(f"unknown log format {fmt!r}; expected one of {sorted(FORMATS)}") from None
-    return importer(paths, math=math, processes=processes)
+                processes: int | None = None,
+                progress: Callable[[int, int], None] | None = None, **options) -> pa.Table:
+    """Dispatch to the importer of ``fmt`` (a key of :data:`FORMATS`; ``"auto"``: the
+    format :func:`detect_format` tells); ``options`` are that importer's own keywords
+    (:data:`OPTIONS`), and any other raises ``TypeError`` naming it. ``progress(done,
+    total)`` is called after each file."""
+    if fmt == "auto":
+        fmt, _ = detect_format(paths)
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown log format {fmt!r}; expected one of {sorted(FORMATS)}")
+    unknown = sorted(set(options) - set(OPTIONS[fmt]))
+    if unknown:
+        raise TypeError(f"format {fmt!r} takes no option {unknown[0]!r} (its options: "
+                        f"{', '.join(OPTIONS[fmt]) or 'none'})")
+    if fmt == "dylan":
+        options = {"recover": options.get("recover", True)}
+    elif fmt == "chateval":
+        refs = options.get("references")
+        if refs is not None and not isinstance(refs, Mapping):
+            refs = read_references(refs)
+        options = {"references": None if refs is None else dict(refs)}
+    elif fmt == "generic":
+        if "config" not in options:
+            raise TypeError("format 'generic' needs config= (the mapping)")
+        config = options["config"]
+        options = {"mapping": config if isinstance(config, GenericMapping)
+                   else load_mapping(config)}
+    return _import(fmt, paths, math, processes, progress, **options)

@@ -6,7 +6,10 @@ Per record, from its ``texts[round][slot]`` (``None`` where the agent did not sp
 * ``answers[t][k]`` = :func:`extract_answer` of the text (``None``: no text or nothing found),
   with ``kind`` = :func:`answer_kind` of the record's reference: when the gold is a choice
   letter only letters are read, when it is a number a sentence around one number gives that
-  number (rules: ``fastuq.answers.extract``).
+  number (rules: ``fastuq.answers.extract``). A log that stores its own parsed answers (FORD's
+  ``P``, a ChatEval verdict, a mapped answer column) gives them in ``ParsedRecord.answers``
+  instead (the importers spell them with :func:`short_label`), and they are used as they
+  are.
 * Answers are grouped per round by :func:`answer_classes` (with ``math=`` as asked).
 * ``agreement[t]`` = size of the largest class / ``n_agents``; unparseable answers cast no
   vote but stay in the denominator. A round where no answer parses gets agreement ``0.0``
@@ -14,13 +17,20 @@ Per record, from its ``texts[round][slot]`` (``None`` where the agent did not sp
   should see as the least agreement, not as a gap) and the record gets the flag
   ``unparseable_round`` so it can be filtered; :func:`fastuq.majority_margin` and
   :func:`fastuq.signals.agreement_from_answers` give the same 0.
-* ``final_answer`` = the answer of the largest class among the agents that speak in the last
-  round and survive to it (``ParsedRecord.final_slots``: for DyLAN the agents whose
-  histories the file keeps, i.e. the ranker's survivors, never a pruned agent whose answer
-  was recovered from a quote; for Du et al. every agent that speaks in the last round).
-  Ties go to the class whose first member sits in the lowest slot (the team's order), and
-  the string is that member's answer as extracted. ``None`` when none of those answers
-  parses.
+* ``final_answer``, by the record's ``final_rule``:
+
+  * ``"last_round"`` (the default): the answer of the largest class among the agents that
+    speak in the last round and survive to it (``ParsedRecord.final_slots``: for DyLAN the
+    agents whose histories the file keeps, i.e. the ranker's survivors, never a pruned agent
+    whose answer was recovered from a quote; for Du et al. every agent that speaks in the
+    last round). Ties go to the class whose first member sits in the lowest slot (the team's
+    order), and the string is that member's answer as extracted. ``None`` when none of those
+    answers parses.
+  * ``"all_rounds"``: the same vote over every node of every round, in round-major order
+    (for a turn-based log such as FORD's, the order of the turns): ties go to the class whose
+    first member spoke first.
+  * ``"given"``: ``ParsedRecord.final``, the answer the log itself states (a moderator's or
+    judge's decision, an aggregate of scores, a mapped column), ``None`` included.
 * ``correct`` = ``final_answer`` equivalent to ``reference`` (:func:`check_answers`, same
   ``math=``); ``False`` when either is ``None``.
 """
@@ -30,26 +40,40 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterable, Sequence
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
 
 from fastuq.answers.check import answer_classes, check_answers
-from fastuq.answers.extract import extract_answer
+from fastuq.answers.extract import AnswerKind, extract_answer
 from fastuq.answers.normalize import answer_kind
 from fastuq.io.schema import CANONICAL
 
 __all__ = [
+    "AGENTS_FIELD",
     "ParsedRecord",
     "derive_columns",
     "expand_paths",
+    "get_path",
+    "iter_jsonl",
+    "label_answer",
+    "load_json",
+    "load_json_list",
     "load_json_object",
     "question_id",
+    "short_label",
     "table_from_columns",
 ]
+
+#: The extra column of the importers that know their agents' names: slot ``k``'s name.
+AGENTS_FIELD = pa.field("agents", pa.list_(pa.string()))
+
+FinalRule = Literal["last_round", "all_rounds", "given"]
 
 _BASE_FIELDS = [
     CANONICAL.field(name)
@@ -73,6 +97,23 @@ class ParsedRecord:
     #: slots whose last-round answers decide the final answer (None: every slot that speaks
     #: in the last round)
     final_slots: list[int] | None = None
+    #: parsed answers ``[round][slot]`` as the log states them (None: extract from ``texts``);
+    #: the same shape as ``texts``
+    answers: list[list[str | None]] | None = None
+    #: how the final answer is decided (see the module docstring)
+    final_rule: FinalRule = "last_round"
+    #: the final answer when ``final_rule`` is ``"given"``
+    final: str | None = None
+    #: the log's own question id (None: :func:`question_id` of ``question``)
+    qid: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.final_rule not in ("last_round", "all_rounds", "given"):
+            raise ValueError(f"final_rule must be 'last_round', 'all_rounds' or 'given', "
+                             f"got {self.final_rule!r}")
+        if self.answers is not None and [len(r) for r in self.answers] != \
+                [len(r) for r in self.texts]:
+            raise ValueError(f"{self.trajectory_id}: answers and texts differ in shape")
 
 
 def question_id(text: str) -> str:
@@ -81,35 +122,156 @@ def question_id(text: str) -> str:
 
 
 def expand_paths(paths: str | os.PathLike | Iterable[str | os.PathLike],
-                 suffixes: Sequence[str] = (".json",)) -> list[Path]:
-    """Files named in ``paths``; a folder stands for its files ending in ``suffixes``
-    (recursively, sorted by path). Raises FileNotFoundError for a path that does not exist
-    and ValueError when nothing is left."""
-    if isinstance(paths, str | os.PathLike):
-        paths = [paths]
+                 suffixes: Sequence[str] = (".json",),
+                 keep: Callable[[Path], bool] | None = None) -> list[Path]:
+    """Files named in ``paths``; a folder stands for its files ending in ``suffixes`` that
+    ``keep`` accepts (default: all; recursively, sorted by path; hidden files never). A file
+    named explicitly is always taken. Raises FileNotFoundError for a path that does not
+    exist and ValueError when nothing is left."""
+    paths = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
             out.extend(sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(
-                tuple(suffixes)) and not f.name.startswith(".")))
+                tuple(suffixes)) and not f.name.startswith(".") and (keep is None or keep(f))))
         elif p.is_file():
             out.append(p)
         else:
             raise FileNotFoundError(f"{p}: no such file or folder")
     if not out:
-        raise ValueError(f"no input files found (looked for {', '.join(suffixes)})")
+        where = ", ".join(map(str, paths))
+        raise ValueError(f"no input files found in {where} (looked for {', '.join(suffixes)})")
     return out
 
 
-def load_json_object(path: Path) -> dict:
-    """The top-level JSON object of ``path``; ValueError naming the file otherwise."""
+def load_json(path: Path) -> object:
+    """The JSON value of ``path``; ValueError naming the file when it is not JSON."""
     try:
         with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+            return json.load(fh)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: malformed JSON: {exc}") from exc
     except UnicodeDecodeError as exc:
         raise ValueError(f"{path}: not UTF-8 text: {exc}") from exc
+
+
+def load_json_list(path: Path, what: str) -> list:
+    """The top-level JSON list of ``path`` (``what``: what its items are, for the message);
+    ValueError naming the file otherwise."""
+    data = load_json(path)
+    if not isinstance(data, list):
+        raise ValueError(f"{path}: expected a JSON list of {what}, got {type(data).__name__}")
+    return data
+
+
+def iter_jsonl(path: Path) -> Iterator[tuple[int, int, dict]]:
+    """``(record index, line number, object)`` for each non-blank line of a JSONL file, in
+    order (record indexes count from 0, line numbers from 1); ValueError naming the file and
+    the line for a line that is not a JSON object."""
+    index = 0
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for line_no, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}: record {index} (line {line_no}): malformed "
+                                     f"JSON: {exc}") from exc
+                if not isinstance(obj, dict):
+                    raise ValueError(f"{path}: record {index} (line {line_no}): expected a "
+                                     f"JSON object, got {type(obj).__name__}")
+                yield index, line_no, obj
+                index += 1
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text: {exc}") from exc
+
+
+_MISSING = object()
+
+
+def get_path(obj: object, path: str, default: object = _MISSING) -> object:
+    """The value at the dot-separated key ``path`` in nested objects (a key of digits also
+    indexes a list; ``"."`` is ``obj`` itself; a key holding dots is tried whole first).
+    ``default`` when a step is missing (KeyError naming the step when no default)."""
+    if path == ".":
+        return obj
+    if isinstance(obj, dict) and path in obj:
+        return obj[path]
+    cur = obj
+    for step in path.split("."):
+        if isinstance(cur, dict) and step in cur:
+            cur = cur[step]
+        elif isinstance(cur, list) and step.isdigit() and int(step) < len(cur):
+            cur = cur[int(step)]
+        elif default is _MISSING:
+            raise KeyError(step)
+        else:
+            return default
+    return cur
+
+
+_LETTER_LABEL = re.compile(r"^\(?([A-Ja-j])\)?[.:]?$")
+_WORD_LABELS = frozenset({"yes", "no", "true", "false", "tie"})
+_NO_LABEL = frozenset({"", "none", "null", "n/a", "nan"})
+
+
+def short_label(value: object) -> str | None:
+    """A log's short answer label in one spelling, so that labels compare equal: white
+    space, markdown ``*``, enclosing quotes and a final ``.`` are dropped; a choice letter
+    (``b``, ``(B)``, ``B)``, ``B.``) gives the capital letter; ``yes``, ``no``, ``true``,
+    ``false`` and ``tie`` (any case) give the lower-case word; ``None``, ``"None"``,
+    ``"null"``, ``"n/a"`` and an empty string give ``None`` (FORD writes ``"None"`` for an
+    answer it could not parse); anything else (a number, an expression, a name) is kept as
+    it is, stripped. A number gives its decimal spelling."""
+    if value is None or isinstance(value, bool):
+        return None if value is None else str(value).lower()
+    if isinstance(value, int | float):
+        return repr(value) if isinstance(value, float) else str(value)
+    s = str(value).strip().strip("*").strip()
+    if len(s) >= 2 and s[0] == s[-1] and s[0] in "\"'`":
+        s = s[1:-1].strip()
+    if s.lower() in _NO_LABEL:
+        return None
+    m = _LETTER_LABEL.match(s)
+    if m:
+        return m.group(1).upper()
+    word = s.rstrip(".").lower()
+    if word in _WORD_LABELS:
+        return word
+    return s
+
+
+_LABEL_FAMILIES = (frozenset({"yes", "no"}), frozenset({"true", "false"}))
+_FAMILY_WORD = {fam: re.compile(r"\b(" + "|".join(sorted(fam)) + r")\b", re.IGNORECASE)
+                for fam in _LABEL_FAMILIES}
+
+
+def label_answer(text: str | None, kind: AnswerKind, reference: str | None = None
+                 ) -> str | None:
+    """The answer a response or a moderator's decision states, as a short label.
+
+    :func:`extract_answer` with the gold's ``kind``, then :func:`short_label`. When the
+    gold is ``yes`` / ``no`` (or ``true`` / ``false``) and that is not one of the pair, the
+    first of the pair's words in the text ("Yes, 91 is prime" is ``yes``, "No: 91 = 7 x 13"
+    is ``no``). When the gold is neither a letter nor a number and nothing is found in a text
+    of at most three words ("Paris", "Affirmative side"), the text itself."""
+    if text is None:
+        return None
+    found = short_label(extract_answer(text, kind))
+    family = next((f for f in _LABEL_FAMILIES if reference in f), None)
+    if family is not None and found not in family:
+        m = _FAMILY_WORD[family].search(text)
+        return m.group(1).lower() if m else None
+    if found is None and kind is None and len(text.split()) <= 3:
+        found = short_label(text)
+    return found
+
+
+def load_json_object(path: Path) -> dict:
+    """The top-level JSON object of ``path``; ValueError naming the file otherwise."""
+    data = load_json(path)
     if not isinstance(data, dict):
         raise ValueError(
             f"{path}: expected one JSON object mapping questions to records, "
@@ -120,36 +282,40 @@ def load_json_object(path: Path) -> dict:
 
 def record_error(path: Path, index: int, key: str, what: str, *,
                  key_end: bool = False) -> ValueError:
-    """``ValueError("PATH: record INDEX ('KEY'): WHAT")`` for a bad record of a log file; a
-    key longer than 60 characters is cut to its first 57 and ``...`` (``key_end``: ``...``
-    and its last 57, for keys that end with what tells them apart)."""
+    """``ValueError("PATH: record INDEX ('KEY'): WHAT")`` for a bad record of a log file
+    (``PATH: record INDEX: WHAT`` when the key is empty: not known yet); a key longer than 60
+    characters is cut to its first 57 and ``...`` (``key_end``: ``...`` and its last 57, for
+    keys that end with what tells them apart)."""
+    if not key:
+        return ValueError(f"{path}: record {index}: {what}")
     if len(key) > 60:
         key = "..." + key[-57:] if key_end else key[:57] + "..."
     return ValueError(f"{path}: record {index} ({key!r}): {what}")
 
 
-def chat_history(history: object, a: int, fail: Callable[[str], Exception]
-                 ) -> tuple[list[str], list[str]]:
+def chat_history(history: object, a: int | str, fail: Callable[[str], Exception], *,
+                 field: str = "agent_contexts") -> tuple[list[str], list[str]]:
     """``(assistant texts, user prompts)`` of agent ``a``'s chat history
-    (``agent_contexts[a]``: messages with a ``role``, ``system``, ``user`` or ``assistant``,
-    and a string ``content``), in order; ``fail(what)`` is raised when it is not one or holds
-    no assistant message."""
+    (``FIELD[a]``, by default ``agent_contexts[a]``: messages with a ``role``, ``system``,
+    ``user`` or ``assistant``, and a string ``content``), in order; ``fail(what)`` is raised
+    when it is not one or holds no assistant message."""
+    where = f"{field}[{a!r}]" if isinstance(a, str) else f"{field}[{a}]"
     if not isinstance(history, list) or not history:
-        raise fail(f"agent_contexts[{a}] must be a non-empty list of messages")
+        raise fail(f"{where} must be a non-empty list of messages")
     responses: list[str] = []
     prompts: list[str] = []
     for m, msg in enumerate(history):
         if not isinstance(msg, dict) or not isinstance(msg.get("content"), str):
-            raise fail(f"agent_contexts[{a}][{m}] must be an object with a string 'content'")
+            raise fail(f"{where}[{m}] must be an object with a string 'content'")
         role = msg.get("role")
         if role == "assistant":
             responses.append(msg["content"])
         elif role == "user":
             prompts.append(msg["content"])
         elif role != "system":
-            raise fail(f"agent_contexts[{a}][{m}] has unknown role {role!r}")
+            raise fail(f"{where}[{m}] has unknown role {role!r}")
     if not responses:
-        raise fail(f"agent_contexts[{a}] holds no assistant message")
+        raise fail(f"{where} holds no assistant message")
     return responses, prompts
 
 
@@ -174,9 +340,12 @@ def derive_columns(records: Sequence[ParsedRecord], *, math: bool = False,
     finals: list[str | None] = []
     flags_all: list[list[str]] = []
     for rec in records:
-        kind = answer_kind(rec.reference)
-        answers = [[extract_answer(t, kind) if t is not None else None for t in row]
-                   for row in rec.texts]
+        if rec.answers is not None:
+            answers = [list(row) for row in rec.answers]
+        else:
+            kind = answer_kind(rec.reference)
+            answers = [[extract_answer(t, kind) if t is not None else None for t in row]
+                       for row in rec.texts]
         flags = list(rec.flags)
         agreement = []
         for row in answers:
@@ -185,10 +354,15 @@ def derive_columns(records: Sequence[ParsedRecord], *, math: bool = False,
             if slot < 0 and "unparseable_round" not in flags:
                 flags.append("unparseable_round")
         final = None
-        if answers:
-            last = answers[-1]
-            slots = range(len(last)) if rec.final_slots is None else sorted(rec.final_slots)
-            voters = [last[k] for k in slots if k < len(last)]
+        if rec.final_rule == "given":
+            final = rec.final
+        elif answers:
+            if rec.final_rule == "all_rounds":
+                voters = [a for row in answers for a in row]
+            else:
+                last = answers[-1]
+                slots = range(len(last)) if rec.final_slots is None else sorted(rec.final_slots)
+                voters = [last[k] for k in slots if k < len(last)]
             _, winner = _round_votes(voters, math)
             if winner >= 0:
                 final = voters[winner]
@@ -200,7 +374,8 @@ def derive_columns(records: Sequence[ParsedRecord], *, math: bool = False,
     correct = check_answers(finals, refs, math=math, processes=processes)
     columns: dict[str, list] = {
         "trajectory_id": [r.trajectory_id for r in records],
-        "question_id": [question_id(r.question) for r in records],
+        "question_id": [r.qid if r.qid is not None else question_id(r.question)
+                        for r in records],
         "protocol": [r.protocol for r in records],
         "n_agents": [r.n_agents for r in records],
         "reference": refs,

@@ -1,0 +1,641 @@
+"""The importers of FORD, LLM-Agora, ChatEval, MAD and the generic mapping, format detection
+and ``fastuq import`` without a format: hand-written files in each format (tests/data/ford,
+agora, chateval, mad, generic), every expected value worked out by hand from the file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from fastuq import cli
+from fastuq.cli import import_logs as cli_import
+from fastuq.importers import (
+    DETECTABLE,
+    FORMATS,
+    detect_format,
+    import_agora,
+    import_chateval,
+    import_ford,
+    import_generic,
+    import_logs,
+    import_mad,
+    load_mapping,
+    log_files,
+)
+from fastuq.importers.chateval import read_references, verdict
+from fastuq.importers.common import label_answer, short_label
+
+DATA = Path(__file__).parent / "data"
+FORD = DATA / "ford"
+AGORA = DATA / "agora"
+CHATEVAL = DATA / "chateval"
+MAD = DATA / "mad"
+GENERIC = DATA / "generic"
+CANONICAL = ["trajectory_id", "question_id", "protocol", "n_agents", "reference",
+             "final_answer", "correct", "agreement", "answers", "texts", "flags"]
+
+
+def _rows(table: pa.Table) -> dict[str, dict]:
+    return {r["trajectory_id"]: r for r in table.to_pylist()}
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def _jsonl(path: Path, records: list[dict]) -> Path:
+    return _write(path, "".join(json.dumps(r) + "\n" for r in records))
+
+
+# --- short labels ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value,expected", [
+    ("B", "B"), ("b", "B"), ("(C)", "C"), ("D)", "D"), ("A.", "A"), (" **B** ", "B"),
+    ("Yes", "yes"), ("NO.", "no"), ("True", "true"), ("TIE", "tie"), ('"yes"', "yes"),
+    ("None", None), ("null", None), ("", None), (None, None), ("n/a", None),
+    (8, "8"), (2.5, "2.5"), ("gpt35", "gpt35"), ("Paris", "Paris"),
+    (r"\frac{1}{2}", r"\frac{1}{2}"),
+])
+def test_short_label(value, expected):
+    assert short_label(value) == expected
+
+
+def test_label_answer_follows_the_gold():
+    # a letter gold reads letters only; nothing else falls back to the text
+    assert label_answer("I pick (B) here.", "choice") == "B"
+    assert label_answer("I agree.", "choice") is None
+    # a yes/no gold: the first yes or no word when extraction finds another kind of answer
+    assert label_answer("No: 91 = 7 x 13.", None, "no") == "no"
+    assert label_answer("Yes, 91 is prime.", None, "no") == "yes"
+    assert label_answer("The answer is no.", None, "yes") == "no"
+    assert label_answer("91 is 7 times 13.", None, "no") is None
+    # a short text with no extractable answer is the label itself (gold neither letter nor
+    # number nor yes/no)
+    assert label_answer("Paris", None, "Paris") == "Paris"
+    assert label_answer("Paris", "number", "7") is None
+
+
+# --- FORD --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ford() -> dict[str, dict]:
+    return _rows(import_ford(FORD))
+
+
+def test_ford_schema_and_order():
+    t = import_ford(FORD)
+    assert t.column_names == CANONICAL + ["question", "agents"]
+    assert t.schema.field("agents").type == pa.list_(pa.string())
+    # folder: *.jsonl sorted by path; ids <folder>/<stem>:<line index>
+    assert t.column("trajectory_id").to_pylist() == [
+        "final/copa:0", "final/copa:1", "final/copa:2", "final/copa:3",
+        "round0/copa_agreed:0", "round0/copa_agreed:1", "table/piqa_candidate:0"]
+    assert set(t.column("protocol").to_pylist()) == {"ford"}
+
+
+def test_ford_round0_agreed(ford):
+    r = ford["round0/copa_agreed:0"]  # P = [None, None, B, B]: agreed at round 0
+    assert (r["n_agents"], r["reference"], r["answers"], r["agreement"]) == \
+        (2, "B", [["B", "B"]], [1.0])
+    assert (r["final_answer"], r["correct"], r["flags"]) == ("B", True, [])
+    assert r["agents"] == ["chatgpt", "davinci"]
+    assert r["question"] == ("The kettle whistled. What was the cause?\n"
+                             "(A) The lid was missing. (B) The water boiled.")
+    assert r["texts"] == [["Steam escaping through the spout makes the whistle, so boiling "
+                           "water is the cause.", "A kettle whistles once its water boils and "
+                           "steam is pushed through the spout."]]
+    r = ford["round0/copa_agreed:1"]  # StrategyQA style: gold "no", P "No" and "no" agree
+    assert (r["reference"], r["answers"], r["agreement"], r["final_answer"], r["correct"]) == \
+        ("no", [["no", "no"]], [1.0], "no", True)
+
+
+def test_ford_debates_to_the_end(ford):
+    # A, B, B: davinci's B convinces chatgpt at turn 2; round 1 is partial
+    r = ford["final/copa:0"]
+    assert r["answers"] == [["A", "B"], ["B", None]]
+    assert [[t is not None for t in row] for row in r["texts"]] == [[True, True], [True, False]]
+    assert r["agreement"] == [0.5, 0.5]
+    assert (r["final_answer"], r["reference"], r["correct"]) == ("B", "B", True)  # B twice
+    # an unparseable first turn (P null): no vote; the team agrees on the wrong A
+    r = ford["final/copa:1"]
+    assert r["answers"] == [[None, "A"], ["A", None]]
+    assert r["agreement"] == [0.5, 0.5]
+    assert (r["final_answer"], r["correct"], r["flags"]) == ("A", False, [])
+    # no agreement in 6 turns: A B A B A B, a 3-3 tie goes to the answer stated first
+    r = ford["final/copa:2"]
+    assert r["answers"] == [["A", "B"]] * 3
+    assert r["agreement"] == [0.5, 0.5, 0.5]
+    assert (r["final_answer"], r["reference"], r["correct"]) == ("A", "A", True)
+    # "None" twice in round 0: agreement 0 and the flag; then both say C
+    r = ford["final/copa:3"]
+    assert r["answers"] == [[None, None], ["C", "C"]]
+    assert r["agreement"] == [0.0, 1.0]
+    assert (r["final_answer"], r["correct"], r["flags"]) == ("C", True, ["unparseable_round"])
+
+
+def test_ford_round_table(ford):
+    # three agents, R[2 + k] = agent k's messages; turns: chatgpt B, davinci None, gpt4 B,
+    # chatgpt A (its second message)
+    r = ford["table/piqa_candidate:0"]
+    assert (r["n_agents"], r["agents"]) == (3, ["chatgpt", "davinci", "gpt4"])
+    assert r["answers"] == [["B", None, "B"], ["A", None, None]]
+    assert r["texts"][1][0] == "User3 convinced me: a sealed bag keeps the moisture in."
+    assert r["texts"][0][1] == "Bread goes stale either way"
+    assert r["agreement"] == [2 / 3, 1 / 3]
+    # all turns: B twice, A once
+    assert (r["final_answer"], r["reference"], r["correct"]) == ("B", "A", False)
+
+
+def test_ford_processes_give_the_same_table():
+    assert import_ford(FORD, processes=2).equals(import_ford(FORD))
+
+
+def test_trajectory_ids_name_files_below_their_shared_folder():
+    # one file: its stem; files of two folders: their paths below the shared folder
+    t = import_ford(FORD / "final" / "copa.jsonl")
+    assert t.column("trajectory_id").to_pylist() == [f"copa:{i}" for i in range(4)]
+    both = import_chateval([CHATEVAL / "scores" / "pair_comparison_results.json",
+                            CHATEVAL / "reversed"])
+    assert both.column("trajectory_id").to_pylist() == [
+        "scores/pair_comparison_results:0", "scores/pair_comparison_results:1",
+        "scores/pair_comparison_results:2", "reversed/pair_comparison_results:0",
+        "reversed/pair_comparison_results:1"]
+    with pytest.raises(ValueError, match=r"trajectory_id 'copa:0' appears twice \(trajectories "
+                                         r"0 and 4 of the import\): a file given twice"):
+        import_ford([FORD / "final" / "copa.jsonl"] * 2)
+
+
+def _ford_record(**changes) -> dict:
+    rec = {"Q": "Q1?", "A": "(A)", "O": "(A) x (B) y",
+           "R": [{"role": "system", "content": "s"}, {"role": "user", "content": "q"},
+                 {"role": "assistant", "content": "a"}, {"role": "user", "content": "b"}],
+           "P": ["None", "None", "A", "B"], "M": ["system", "system", "m1", "m2"]}
+    rec.update(changes)
+    return rec
+
+
+def test_ford_bad_input_names_file_record_and_field(tmp_path):
+    ok = _ford_record()
+    cases = [
+        (_ford_record(P=["None", "None", "A", "B", "A"],
+                      M=["system", "system", "m1", "m2", "m1"]),
+         r"record 1 \('Q1\?'\): R has 4 entries but P has 5"),
+        (_ford_record(M=["system", "system", "m1", "m1b"], P=["None", "None", "A", "B"],
+                      R=_ford_record()["R"] + [{"role": "assistant", "content": "c"}]),
+         r"record 1 .*R has 5 entries but P has 4"),
+        ({k: v for k, v in ok.items() if k != "A"}, r"record 1 .*missing field 'A'"),
+        (_ford_record(P=["None", "None", "A", 2]), r"record 1 .*P\[3\] must be a string"),
+        (_ford_record(P=["None", "None", "A"], R=_ford_record()["R"][:3],
+                      M=["system", "system", "m1"]),
+         r"record 1 .*1 turns for 2 agents"),
+    ]
+    for k, (bad, pattern) in enumerate(cases):
+        path = _jsonl(tmp_path / f"bad{k}.jsonl", [ok, bad])
+        with pytest.raises(ValueError, match=rf"bad{k}\.jsonl: " + pattern):
+            import_ford(path)
+    # speakers out of turn order
+    seq = _ford_record(P=["None", "None", "A", "B", "A"], M=["system", "system", "m1", "m2",
+                                                             "m2"],
+                       R=_ford_record()["R"] + [{"role": "assistant", "content": "c"}])
+    path = _jsonl(tmp_path / "order.jsonl", [seq])
+    with pytest.raises(ValueError, match=r"record 0 .*M\[4\] is 'm2' where turn 2 of 2 agents "
+                                         r"taking turns is 'm1'"):
+        import_ford(path)
+    path = _write(tmp_path / "broken.jsonl", json.dumps(ok) + "\n{nope\n")
+    with pytest.raises(ValueError, match=r"broken\.jsonl: record 1 \(line 2\): malformed JSON"):
+        import_ford(path)
+
+
+# --- LLM-Agora ---------------------------------------------------------------------------------
+
+
+def test_agora_results():
+    t = import_agora(AGORA)  # the folder's *_result*.json; gsm_performance.json is skipped
+    assert t.column_names == CANONICAL + ["question", "agents"]
+    rows = _rows(t)
+    assert list(rows) == ["gsm_result:0", "gsm_result:1", "mmlu_result_cot:0"]
+    r = rows["gsm_result:0"]  # GSM8K gold after ####; "question." states no number
+    assert (r["protocol"], r["n_agents"], r["agents"]) == \
+        ("agora", 3, ["llama", "wizardlm", "orca"])
+    assert r["reference"] == "12"
+    assert r["answers"] == [["12", "10", None], ["12", "12", "12"], ["12", "12", "12"]]
+    assert r["agreement"] == [1 / 3, 1.0, 1.0]
+    assert (r["final_answer"], r["correct"], r["flags"]) == ("12", True, [])
+    # a null response and a model with one round fewer; the last round ties 8-7, and the
+    # tie goes to the first model
+    r = rows["gsm_result:1"]
+    assert r["reference"] == "7"  # the gold is the JSON number 7
+    assert r["answers"] == [["7", "7", "8"], ["8", None, "7"], ["8", "7", None]]
+    assert r["texts"][1][1] is None and r["texts"][2][2] is None
+    assert r["agreement"] == [2 / 3, 1 / 3, 1 / 3]
+    assert (r["final_answer"], r["correct"], r["flags"]) == ("8", False, ["ragged_rounds"])
+    r = rows["mmlu_result_cot:0"]  # a letter gold: letters only
+    assert r["answers"] == [["C", "B", "A"], ["C", "C", "A"], ["C", "C", "C"]]
+    assert r["agreement"] == [1 / 3, 2 / 3, 1.0]
+    assert (r["final_answer"], r["reference"], r["correct"]) == ("C", "C", True)
+
+
+def test_agora_bad_input(tmp_path):
+    path = _write(tmp_path / "x_result.json", json.dumps({"a": 1}))
+    with pytest.raises(ValueError, match=r"x_result\.json: expected a JSON list of LLM-Agora"):
+        import_agora(path)
+    rec = {"question": "Q?", "agent_response": {"m": ["\\boxed{1}"]}, "answer": "1"}
+    path = _write(tmp_path / "y_result.json",
+                  json.dumps([rec, {k: v for k, v in rec.items() if k != "answer"}]))
+    with pytest.raises(ValueError, match=r"y_result\.json: record 1 \('Q\?'\): missing field "
+                                         r"'answer'"):
+        import_agora(path)
+    path = _write(tmp_path / "z_result.json",
+                  json.dumps([dict(rec, agent_response={"m": ["ok", 3]})]))
+    with pytest.raises(ValueError, match=r"record 0 .*agent_response\['m'\]\[1\] must be a "
+                                         r"string or null"):
+        import_agora(path)
+
+
+# --- ChatEval ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("Evidence.\nThe score of Assistant 1: 8\nThe score of Assistant 2: 6", "1"),
+    ("The score of Assistant 1: 7\nThe score of Assistant 2: 7.0", "tie"),
+    ("the score of assistant 1: **6**\nThe score of Assistant 2: 9", "2"),
+    ("Assistant 2", "2"), ("I prefer Assistant 1.", "1"), ("Tie", "tie"),
+    ("Assistant 1 and Assistant 2 are equally good.", None),
+    ("I need more time.", None), ("", None), (None, None),
+])
+def test_chateval_verdict(text, expected):
+    assert verdict(text) == expected
+
+
+def test_chateval_scores_with_references():
+    results = CHATEVAL / "scores" / "pair_comparison_results.json"
+    t = import_chateval(results, references=CHATEVAL / "scores" / "test.json")
+    assert t.column_names == CANONICAL + ["question", "agents"]
+    rows = _rows(t)
+    r = rows["pair_comparison_results:0"]
+    assert (r["protocol"], r["n_agents"]) == ("chateval", 3)
+    assert r["agents"] == ["General Public", "Critic", "News Author"]
+    # 8-6 for gpt35, 7-7, 6-9 for vicuna: one vote each; summed 21 vs 22: vicuna
+    assert r["answers"] == [["gpt35", "tie", "vicuna"]]
+    assert r["agreement"] == [1 / 3]
+    assert (r["final_answer"], r["reference"], r["correct"]) == ("vicuna", "vicuna", True)
+    r = rows["pair_comparison_results:1"]  # the critic states no score
+    assert r["answers"] == [["gpt35", None, "gpt35"]]
+    assert r["agreement"] == [2 / 3]
+    # summed over the two that scored: 17.5 vs 13; the humans called it a tie
+    assert (r["final_answer"], r["reference"], r["correct"]) == ("gpt35", "tie", False)
+    r = rows["pair_comparison_results:2"]  # a question the references lack: no gold
+    assert (r["answers"], r["agreement"]) == ([["vicuna"] * 3], [1.0])
+    assert (r["final_answer"], r["reference"], r["correct"]) == ("vicuna", None, False)
+    # the references as a path or as read_references' mapping give the same table
+    refs = read_references(CHATEVAL / "scores" / "test.json")
+    assert refs == {"How do I boil an egg?": "vicuna", "Name a primary colour.": "tie"}
+    assert import_chateval(results, references=refs).equals(t)
+    without = _rows(import_chateval(results))
+    assert [r["reference"] for r in without.values()] == [None, None, None]
+
+
+def test_chateval_reversed_direct_comparison():
+    # args.txt says reverse_input=True: Assistant 1 was vicuna, Assistant 2 gpt35
+    rows = _rows(import_chateval(CHATEVAL / "reversed"))
+    r = rows["pair_comparison_results:0"]
+    assert r["answers"] == [["gpt35", "gpt35", "vicuna"]]
+    assert r["agreement"] == [2 / 3]
+    # no scores: the majority verdict; the gold is the record's own human_results
+    assert (r["final_answer"], r["reference"], r["correct"]) == ("gpt35", "gpt35", True)
+    assert r["flags"] == ["reversed_input"]
+    r = rows["pair_comparison_results:1"]
+    assert r["answers"] == [["tie", None, "vicuna"]]
+    assert r["agreement"] == [1 / 3]
+    # a 1-1 tie between "tie" (first referee) and vicuna: the first referee's
+    assert (r["final_answer"], r["reference"], r["correct"]) == ("tie", "tie", True)
+
+
+def test_chateval_bad_input(tmp_path):
+    rec = {"question": "Q?", "response": {"a": "x", "b": "y"},
+           "evaluation": [{"role": "r", "evaluation": "Assistant 1"}], "human_results": "c"}
+    path = _write(tmp_path / "res.json", json.dumps([rec]))
+    with pytest.raises(ValueError, match=r"res\.json: record 0 \('Q\?'\): gold 'c' is neither "
+                                         r"a response name \(a, b\) nor 'tie'"):
+        import_chateval(path)
+    path = _write(tmp_path / "one.json", json.dumps([dict(rec, response={"a": "x"})]))
+    with pytest.raises(ValueError, match=r"record 0 .*'response' must be an object holding "
+                                         r"the two"):
+        import_chateval(path)
+    path = _write(tmp_path / "refs.json", json.dumps([{"question": "Q?"}]))
+    with pytest.raises(ValueError, match=r"refs\.json: record 0: expected an object with string "
+                                         r"'question' and 'human_results'"):
+        import_chateval(tmp_path / "res.json", references=path)
+
+
+# --- MAD ---------------------------------------------------------------------------------------
+
+
+def test_mad_debates():
+    t = import_mad(MAD)  # 0-config.json (the run's prompts) is skipped
+    assert t.column_names == CANONICAL + ["question", "agents"]
+    rows = _rows(t)
+    assert list(rows) == ["0", "1", "2"]  # the file names below the folder
+    r = rows["0"]  # the affirmative side gives in; the moderator decides "(B)"
+    assert (r["protocol"], r["n_agents"]) == ("mad", 2)
+    assert r["agents"] == ["Affirmative side", "Negative side"]
+    assert r["answers"] == [["A", "B"], ["B", "B"]]
+    assert r["agreement"] == [0.5, 1.0]
+    assert (r["final_answer"], r["reference"], r["correct"], r["flags"]) == \
+        ("B", "B", True, [])
+    assert r["texts"][0] == ["Plants breathe like we do, so the answer is (A).",
+                             "I disagree: plants fix carbon dioxide. The answer is (B)."]
+    # yes/no gold: "Yes, 91 is prime ...", "No: 91 = 7 x 13." ...; nobody decided, so the
+    # last round's 1-1 tie goes to the affirmative side
+    r = rows["1"]
+    assert r["answers"] == [["yes", "no"], ["yes", "no"]]
+    assert r["agreement"] == [0.5, 0.5]
+    assert (r["final_answer"], r["reference"], r["correct"], r["flags"]) == \
+        ("yes", "no", False, ["undecided"])
+    # the affirmative side speaks three times, the negative twice; "I need to think more."
+    # states no letter; the decision "Option C"; the gold from "reference": "(C)"
+    r = rows["2"]
+    assert r["answers"] == [["A", None], ["C", "C"], ["C", None]]
+    assert r["agreement"] == [0.5, 1.0, 0.5]
+    assert (r["final_answer"], r["reference"], r["correct"], r["flags"]) == \
+        ("C", "C", True, ["ragged_rounds"])
+
+
+def test_mad_bad_input(tmp_path):
+    path = _write(tmp_path / "7.json", json.dumps({"debate_topic": "T?", "players": {
+        "Affirmative side": [{"role": "assistant", "content": "yes"}]}}))
+    with pytest.raises(ValueError, match=r"7\.json: record 0 \('T\?'\): players has no "
+                                         r"'Negative side'"):
+        import_mad(path)
+    path = _write(tmp_path / "8.json", json.dumps({"players": {}}))
+    with pytest.raises(ValueError, match=r"8\.json: record 0: missing field 'debate_topic' "
+                                         r"\(or 'source'\)"):
+        import_mad(path)
+    path = _write(tmp_path / "9.json", json.dumps({"debate_topic": "T?", "players": {
+        "Affirmative side": [{"role": "assistant", "content": "yes"}],
+        "Negative side": [{"role": "judge", "content": "no"}]}}))
+    with pytest.raises(ValueError, match=r"players\['Negative side'\]\[0\] has unknown role "
+                                         r"'judge'"):
+        import_mad(path)
+
+
+# --- the generic mapping -----------------------------------------------------------------------
+
+
+def test_generic_nested_layout():
+    t = import_generic(GENERIC / "nested.jsonl", config=GENERIC / "nested.toml")
+    assert t.column_names == CANONICAL + ["question", "agents"]
+    rows = _rows(t)
+    assert list(rows) == ["nested:0", "nested:1", "nested:2"]  # the blank line is no record
+    r = rows["nested:0"]
+    assert (r["question_id"], r["protocol"], r["n_agents"]) == ("q1", "debate", 3)
+    assert r["question"] == "Which is a mammal? (A) shark (B) whale"
+    # picks "B", "(A)", null; then "b", "B", "B"; the gold "(B)" from meta.gold
+    assert r["answers"] == [["B", "A", None], ["B", "B", "B"]]
+    assert r["texts"][0] == ["A whale breathes air, so (B).", "Sharks live in the sea too: (A)",
+                             "Not sure yet."]
+    assert r["agreement"] == [1 / 3, 1.0]
+    assert (r["final_answer"], r["reference"], r["correct"]) == ("B", "B", True)
+    r = rows["nested:1"]  # Yes/No spelled both ways; round 1 has two nodes only
+    assert r["answers"] == [["yes", "no", "yes"], ["no", "no", None]]
+    assert r["agreement"] == [2 / 3, 2 / 3]
+    assert (r["final_answer"], r["reference"], r["correct"]) == ("no", "yes", False)
+    r = rows["nested:2"]  # an integer id and gold, 8 and "8.0" vote together; no verdict
+    assert (r["question_id"], r["reference"]) == ("3", "8")
+    assert r["answers"] == [["8", "6", "8.0"]]
+    assert r["agreement"] == [2 / 3]
+    assert (r["final_answer"], r["correct"]) == (None, False)
+
+
+def test_generic_long_layout_jsonl_and_parquet(tmp_path):
+    t = import_generic(GENERIC / "long.jsonl", config=GENERIC / "long.toml")
+    rows = _rows(t)
+    assert list(rows) == ["r1", "r2", "r3"]
+    r = rows["r1"]  # rows out of order; agents sorted alice, bob, carol; rounds 1, 2
+    assert (r["question_id"], r["protocol"], r["n_agents"], r["agents"]) == \
+        ("101", "generic", 3, ["alice", "bob", "carol"])
+    assert r["texts"] == [[r"2 + 3 = \boxed{5}", "The answer is 5.", "I think it is 6."],
+                          [r"\boxed{5}", r"Checking again: \boxed{5}", None]]
+    # no answer column: extracted from the texts, guided by the numeric gold "#### 5"
+    assert r["answers"] == [["5", "5", "6"], ["5", "5", None]]
+    assert r["agreement"] == [2 / 3, 2 / 3]
+    assert (r["final_answer"], r["reference"], r["correct"]) == ("5", "5", True)
+    r = rows["r2"]  # one round: 6, no number, a null response
+    assert r["answers"] == [["6", None, None]]
+    assert r["agreement"] == [1 / 3]
+    assert (r["final_answer"], r["correct"]) == ("6", False)
+    r = rows["r3"]  # two agents; 3/2 and 1.5 agree with the boxed \frac{3}{2}
+    assert (r["n_agents"], r["agents"], r["answers"], r["agreement"]) == \
+        (2, ["alice", "bob"], [["3/2", "1.5"]], [1.0])
+    assert (r["final_answer"], r["reference"], r["correct"]) == ("3/2", r"\frac{3}{2}", True)
+    # the same rows as Parquet
+    records = [json.loads(line) for line in (GENERIC / "long.jsonl").read_text().splitlines()]
+    pq.write_table(pa.Table.from_pylist(records), tmp_path / "long.parquet")
+    config = load_mapping(GENERIC / "long.toml")
+    with pytest.raises(ValueError, match="no input files found"):  # format = "jsonl"
+        import_generic(tmp_path, config=config)
+    # without input.format the suffix tells: the folder's *.parquet
+    parquet = import_generic(tmp_path, config={**_toml(GENERIC / "long.toml"),
+                                               "input": {"layout": "long"}})
+    assert parquet.equals(t)
+
+
+def _toml(path: Path) -> dict:
+    import tomllib
+
+    return tomllib.loads(path.read_text())
+
+
+def test_generic_agent_round_dict_with_bare_texts(tmp_path):
+    # an LLM-Agora-like line: {agent: [text per round]}; the node is the text itself
+    path = _jsonl(tmp_path / "runs.jsonl", [
+        {"q": "1+1?", "gold": 2, "by_agent": {"m1": [r"\boxed{2}", r"\boxed{2}"],
+                                              "m2": [r"\boxed{3}"]}}])
+    config = {"input": {"layout": "nested"},
+              "trajectory": {"question_id": "q", "reference": "gold", "rounds": "by_agent",
+                             "order": "agent_round"},
+              "node": {"text": "."}}
+    (r,) = import_generic(path, config=config).to_pylist()
+    assert (r["agents"], r["answers"], r["agreement"]) == \
+        (["m1", "m2"], [["2", "3"], ["2", None]], [0.5, 0.5])
+    assert (r["question"], r["final_answer"], r["correct"]) == ("1+1?", "2", True)
+
+
+def test_generic_mapping_is_validated(tmp_path):
+    def bad(text: str, pattern: str) -> None:
+        path = _write(tmp_path / "m.toml", text)
+        with pytest.raises(ValueError, match=r"m\.toml: " + pattern):
+            load_mapping(path)
+
+    base = '[input]\nlayout = "nested"\n[trajectory]\nquestion_id = "id"\nrounds = "r"\n'
+    bad(base + '[node]\ntext = "t"\nanswr = "a"\n', r"unknown key 'node\.answr' \(known in "
+        r"\[node\]: text, answer, round, agent\)")
+    bad(base + '[node]\ntext = "t"\n[extra]\nx = "y"\n', r"unknown table \[extra\]")
+    bad(base + '[node]\ntext = "t"\nround = "k"\n',
+        r"key 'node\.round' is only for layout = 'long'")
+    bad(base, r"\[node\] needs 'text' or 'answer'")
+    bad('[input]\nlayout = "wide"\n', r"input\.layout must be one of 'nested', 'long', got "
+        r"'wide'")
+    bad('[trajectory]\nquestion_id = "id"\n', r"missing key 'input\.layout'")
+    bad('[input]\nlayout = "long"\n[trajectory]\nquestion_id = "id"\n[node]\ntext = "t"\n'
+        'agent = "a"\n', r"missing key 'node\.round' \(required with layout = 'long'\)")
+    bad(base.replace('"id"', "3") + '[node]\ntext = "t"\n',
+        r"trajectory\.question_id must be a non-empty string, got 3")
+    bad("[input\n", "malformed TOML")
+    with pytest.raises(ValueError, match=r"mapping: unknown key 'input\.colour'"):
+        load_mapping({"input": {"layout": "long", "colour": "x"}})
+    with pytest.raises(FileNotFoundError):
+        load_mapping(tmp_path / "missing.toml")
+
+
+def test_generic_bad_records_name_file_record_and_field(tmp_path):
+    config = GENERIC / "nested.toml"
+    good = {"id": "a", "prompt": "p", "meta": {"gold": "A"}, "verdict": "A",
+            "turns": [[{"say": "x", "pick": "A"}]]}
+    path = _jsonl(tmp_path / "n.jsonl", [good, {k: v for k, v in good.items() if k != "meta"}])
+    with pytest.raises(ValueError, match=r"n\.jsonl: record 1 \('a'\): missing field "
+                                         r"'meta\.gold' \(trajectory\.reference"):
+        import_generic(path, config=config)
+    path = _jsonl(tmp_path / "m.jsonl", [dict(good, turns=[[{"say": "x"}]])])
+    with pytest.raises(ValueError, match=r"m\.jsonl: record 0 \('a'\): round 0 agent 0 has no "
+                                         r"'pick' \(node\.answer\)"):
+        import_generic(path, config=config)
+    path = _jsonl(tmp_path / "t.jsonl", [dict(good, turns="x")])
+    with pytest.raises(ValueError, match=r"record 0 .*rounds 'turns' must be a non-empty list"):
+        import_generic(path, config=config)
+    long = GENERIC / "long.toml"
+    row = {"run": "r", "qid": 1, "question": "q", "gold": "1", "round": 0, "agent": "x",
+           "response": "1"}
+    path = _jsonl(tmp_path / "d.jsonl", [row, row])
+    with pytest.raises(ValueError, match=r"d\.jsonl: record 1 \('1'\): a second node for agent "
+                                         r"'x' in round 0 \(the first is record 0\)"):
+        import_generic(path, config=long)
+    path = _jsonl(tmp_path / "q.jsonl", [row, dict(row, agent="y", question="other")])
+    with pytest.raises(ValueError, match=r"q\.jsonl: record 1 .*'question' "
+                                         r"\(trajectory\.question\) differs from record 0's"):
+        import_generic(path, config=long)
+    path = _jsonl(tmp_path / "r.jsonl", [dict(row, round="first")])
+    with pytest.raises(ValueError, match=r"r\.jsonl: record 0 .*round 'round' must be an "
+                                         r"integer, got 'first'"):
+        import_generic(path, config=long)
+    path = _jsonl(tmp_path / "n.jsonl", [{k: v for k, v in row.items() if k != "qid"}])
+    with pytest.raises(ValueError, match=r"n\.jsonl: record 0: missing field 'qid' "
+                                         r"\(trajectory\.question_id = 'qid'\)"):
+        import_generic(path, config=long)
+    path = _write(tmp_path / "x.parquet", "not parquet")
+    with pytest.raises(ValueError, match=r"x\.parquet: not a readable Parquet file"):
+        import_generic(path, config={**_toml(long), "input": {"layout": "long"}})
+
+
+# --- detection and dispatch --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("src,fmt", [
+    (FORD, "ford"), (AGORA, "agora"), (CHATEVAL / "reversed", "chateval"), (MAD, "mad"),
+    (DATA / "dylan_math", "dylan"), (DATA / "du_debate.json", "du"),
+    (DATA / "du_biography.json", "du"),
+])
+def test_detect_format(src, fmt):
+    found, first = detect_format(src)
+    assert found == fmt
+    assert first in log_files(fmt, src)
+
+
+def test_detect_format_refuses_clearly(tmp_path):
+    with pytest.raises(ValueError, match=r"long\.jsonl: cannot tell the format \(recognised: "
+                                         r"dylan, du, ford, agora, chateval, mad\); name the "
+                                         r"format.*generic --config"):
+        detect_format(GENERIC / "long.jsonl")
+    both = _write(tmp_path / "both.json", json.dumps(
+        [{"agent_response": {}, "evaluation": [], "response": {}}]))
+    with pytest.raises(ValueError, match=r"both\.json: ambiguous, it fits agora and chateval"):
+        detect_format(both)
+    with pytest.raises(FileNotFoundError):
+        detect_format(tmp_path / "missing")
+
+
+def test_import_logs_dispatch():
+    assert set(FORMATS) == set(cli_import.FORMATS)
+    assert set(DETECTABLE) == set(FORMATS) - {"generic"}
+    calls = []
+    assert import_logs("auto", MAD, progress=lambda done, total: calls.append((done, total))) \
+        .equals(import_mad(MAD))
+    assert calls == [(1, 3), (2, 3), (3, 3)]  # after each file
+    assert import_logs("generic", GENERIC / "nested.jsonl", config=GENERIC / "nested.toml") \
+        .equals(import_generic(GENERIC / "nested.jsonl", config=GENERIC / "nested.toml"))
+    with pytest.raises(TypeError, match=r"format 'ford' takes no option 'config' \(its "
+                                        r"options: none\)"):
+        import_logs("ford", FORD, config="x.toml")
+    with pytest.raises(ValueError, match="unknown log format 'nope'"):
+        import_logs("nope", FORD)
+
+
+# --- fastuq import -----------------------------------------------------------------------------
+
+
+def _main(monkeypatch, argv: list[str]) -> int:
+    monkeypatch.setitem(cli.COMMANDS, "import", "fastuq.cli.import_logs")
+    return cli.main(argv)
+
+
+def test_cli_import_detects_and_says_so(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "ford.parquet"
+    assert _main(monkeypatch, ["import", str(FORD), "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert f"detected format: ford (from {FORD / 'final' / 'copa.jsonl'})" in text
+    assert "imported 7 trajectories" in text
+    assert "protocols: ford 7" in text
+    assert pq.read_table(out).equals(import_ford(FORD))
+    # naming the format: no detection line, the same table
+    out2 = tmp_path / "ford2.parquet"
+    assert _main(monkeypatch, ["import", "ford", str(FORD), "-o", str(out2)]) == 0
+    assert "detected format" not in capsys.readouterr().out
+    assert pq.read_table(out2).equals(pq.read_table(out))
+
+
+def test_cli_import_generic_and_options(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "g.parquet"
+    # --config implies generic
+    assert _main(monkeypatch, ["import", str(GENERIC / "long.jsonl"), "--config",
+                               str(GENERIC / "long.toml"), "-o", str(out)]) == 0
+    assert "imported 3 trajectories" in capsys.readouterr().out
+    assert pq.read_table(out).equals(import_generic(GENERIC / "long.jsonl",
+                                                    config=GENERIC / "long.toml"))
+    # the issue's spelling: the format, the option, then the logs
+    out2 = tmp_path / "g2.parquet"
+    assert _main(monkeypatch, ["import", "generic", "--config", str(GENERIC / "long.toml"),
+                               str(GENERIC / "long.jsonl"), "-o", str(out2)]) == 0
+    assert pq.read_table(out2).equals(pq.read_table(out))
+    capsys.readouterr()
+    out = tmp_path / "c.parquet"
+    assert _main(monkeypatch, ["import", "chateval",
+                               str(CHATEVAL / "scores" / "pair_comparison_results.json"),
+                               "--references", str(CHATEVAL / "scores" / "test.json"),
+                               "-o", str(out)]) == 0
+    assert "accuracy 0.3333 (1 of 3)" in capsys.readouterr().out
+    # an option of another format, a missing mapping, a bad mapping, an unknown layout
+    assert _main(monkeypatch, ["import", "mad", str(MAD), "--config", "m.toml",
+                               "-o", str(out)]) == 2
+    assert "--config is for generic logs, not mad" in capsys.readouterr().err
+    assert _main(monkeypatch, ["import", str(MAD), "--references", "r.json",
+                               "-o", str(out)]) == 2
+    assert "--references is for chateval logs, and" in capsys.readouterr().err
+    assert _main(monkeypatch, ["import", "generic", str(GENERIC), "-o", str(out)]) == 2
+    assert "generic needs --config" in capsys.readouterr().err
+    bad = _write(tmp_path / "bad.toml", '[input]\nlayout = "long"\nwho = "x"\n')
+    assert _main(monkeypatch, ["import", "generic", str(GENERIC), "--config", str(bad),
+                               "-o", str(out)]) == 2
+    assert "unknown key 'input.who'" in capsys.readouterr().err
+    assert _main(monkeypatch, ["import", str(GENERIC / "long.jsonl"), "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "cannot tell the format (recognised: dylan, du, ford, agora, chateval, mad)" in err
+    assert _main(monkeypatch, ["import", "ford", "-o", str(out)]) == 2
+    assert "give the logs to import after ford" in capsys.readouterr().err
