@@ -26,8 +26,17 @@ def add_parser(sub) -> None:
             "and print a summary."
         ),
     )
-    sc.add_argument("input", nargs="?", help="corpus file; omit to score the bundled sample")
-    sc.add_argument("-o", "--output", help="output Parquet file (required with INPUT)")
+    sc.add_argument("input", nargs="?",
+                    help="corpus file; omit to score the bundled sample (with --engine ray: "
+                         "a file, a folder of corpus files or a glob pattern)")
+    sc.add_argument("-o", "--output",
+                    help="output Parquet file (required with INPUT; with --engine ray a "
+                         "folder, written as a Parquet dataset)")
+    sc.add_argument("--engine", choices=("local", "ray"), default="local",
+                    help="local (default): this process; ray: the Ray cluster of RAY_ADDRESS "
+                         "(else a local Ray instance), writing Parquet dataset folders, the "
+                         "skipped records to OUT.skipped/ with --on-error skip (pip install "
+                         "'fastuq[ray]'; see the README's 'Scoring on a cluster')")
     sc.add_argument("--sample", action="store_true", help="score the bundled sample corpus")
     sc.add_argument("--method", default="sauce",
                     help="estimators, comma-separated, or 'all' for every estimator whose "
@@ -116,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
     from fastuq.io.writers import OutputError, cli_check_outputs
 
     prog = "fastuq score"
+    if args.engine == "ray":
+        return _run_ray(args, prog)
     sample = args.sample or args.input is None
     if not sample and not args.output:
         print(f"{prog}: -o/--output is required with INPUT", file=sys.stderr)
@@ -171,4 +182,64 @@ def run(args: argparse.Namespace) -> int:
             print(f"scored {report.n_rows:,} trajectories in {report.seconds:.2f} s -> "
                   f"{report.output}", file=sys.stderr)
         cs.report_skipped(None, report.skipped, report.skipped_path)
+    return 0
+
+
+def _run_ray(args: argparse.Namespace, prog: str) -> int:
+    """``fastuq score --engine ray INPUT -o OUT_DIR``: :func:`fastuq.ray.score_to_folder`."""
+    from fastuq.engine.scoring import _method_list
+    from fastuq.io.writers import OutputError
+
+    if args.sample or args.input is None or not args.output:
+        return cs.fail(prog, "--engine ray scores INPUT (a file, folder or glob) to -o OUT_DIR; "
+                             "give both (the bundled sample is scored locally)")
+    problem = _option_problem(args)
+    if problem is None and args.processes is not None:
+        problem = "--processes is not used with --engine ray (each worker checks its chunks)"
+    if problem is None:
+        try:
+            _method_list(args.method)
+        except ValueError as exc:
+            problem = f"--method: {exc}"
+    if problem is not None:
+        return cs.fail(prog, problem)
+    try:
+        params, per_protocol = cs.sauce_overrides(args)
+    except (ValueError, FileNotFoundError) as exc:
+        return cs.fail(prog, exc)
+    if args.confidence is not None:
+        if "confidence" in params:
+            return cs.fail(prog, "confidence is given by --confidence and by --param")
+        params["confidence"] = args.confidence
+    try:
+        from fastuq.ray import score_to_folder
+
+        report = score_to_folder(
+            args.input, args.output, skipped_path=args.skipped,
+            max_skip_fraction=args.max_skip_fraction, on_error=args.on_error,
+            progress=args.progress, methods=args.method, protocol=args.protocol,
+            dtype=args.dtype, backend=args.backend, chunk_rows=args.chunk_rows,
+            observation_noise=args.observation_noise, math=args.math, check=args.check,
+            **params,
+        )
+    except OutputError as exc:
+        return cs.fail(prog, exc, 2)
+    except (ValueError, OSError, TypeError, ImportError) as exc:
+        return cs.fail(prog, exc, 1)
+    if report.left_out:
+        print(f"--method all: left out {len(report.left_out)} estimator(s): " + "; ".join(
+            f"{k} ({v})" for k, v in report.left_out.items()), file=sys.stderr)
+    if per_protocol is not None:
+        scores = report.result.scores
+        protocols = (scores.unique("protocol") if "protocol" in scores.columns()
+                     else [args.protocol] if args.protocol else [])
+        cs.report_params(prog, per_protocol, [p for p in protocols if p is not None],
+                         args.params)
+    print(f"scored {report.n_rows:,} trajectories in {report.seconds:.2f} s -> "
+          f"{report.output}", file=sys.stderr)
+    if report.skipped_path is not None:
+        print(f"skipped {report.n_skipped:,} bad record(s), listed in {report.skipped_path}",
+              file=sys.stderr)
+        for reason in report.first_reasons:
+            print(f"  {reason}", file=sys.stderr)
     return 0

@@ -476,24 +476,41 @@ def _drop(table: pa.Table, rows: np.ndarray, bad: np.ndarray) -> tuple[pa.Table,
 def _structural_problems(chunk, seen: _SeenIds):
     """Conform and check one chunk, collecting every bad row (run on the prefetch thread,
     so that it overlaps scoring the previous chunk): ``(chunk, table, problems)``."""
+    rows = np.arange(chunk.source_row0, chunk.source_row0 + chunk.table.num_rows)
+
+    def earlier_chunks(problems, ids: pa.Array) -> None:
+        repeat, first = seen.repeats(ids)  # before the in-chunk check: name the first one
+        if repeat.any():
+            problems.add(repeat, "trajectory_id",
+                         lambda i: f"duplicate id (first at {seen.where(int(first[i]))})")
+
+    table, problems, ids = check_chunk(chunk.table, chunk.source, rows, earlier_chunks)
+    seen.add(ids, chunk.row0, chunk.source, chunk.source_row0)
+    return chunk, table, problems
+
+
+def check_chunk(table: pa.Table, source: str, rows: np.ndarray,
+                repeats: Callable[[object, pa.Array], None], problems=None):
+    """Conform and check one chunk (``rows``: the source row of each of its rows), collecting
+    every bad row: ``(table, problems, ids)``. ``repeats(problems, ids)`` adds the rows whose
+    id repeats one of an earlier chunk, after conforming and before the in-chunk checks (so
+    that a duplicate names the first occurrence). With ``problems`` (a collecting
+    :class:`~fastuq.io.schema.Problems`), ``table`` is already conformed and ``problems``
+    holds what conforming found. The per-chunk step of ``on_error="skip"``, shared with
+    :mod:`fastuq.ray`, which conforms on its readers and finds the repeats by a distributed
+    pass instead."""
     from fastuq.io.schema import Problems, conform, validate
 
-    table = chunk.table
-    source = chunk.source
-    rows = np.arange(chunk.source_row0, chunk.source_row0 + table.num_rows)
     if "trajectory_id" not in table.column_names:
-        validate(table, source=source, row0=chunk.source_row0)  # raises: no id column
-    problems = Problems(table, source, rows=rows, first_only=False)
-    table = conform(table, source=source, problems=problems)
-    problems.table = table
+        validate(table, source=source, row0=int(rows[0]) if len(rows) else 0)  # raises
+    if problems is None:
+        problems = Problems(table, source, rows=rows, first_only=False)
+        table = conform(table, source=source, problems=problems)
+        problems.table = table
     ids = table.column("trajectory_id").combine_chunks()
-    repeat, first = seen.repeats(ids)  # before the in-chunk check: name the first occurrence
-    if repeat.any():
-        problems.add(repeat, "trajectory_id",
-                     lambda i: f"duplicate id (first at {seen.where(int(first[i]))})")
+    repeats(problems, ids)
     validate(table, source=source, problems=problems)
-    seen.add(ids, chunk.row0, source, chunk.source_row0)
-    return chunk, table, problems
+    return table, problems, ids
 
 
 def _skip_bad_rows(
@@ -536,6 +553,34 @@ def _skip_bad_rows(
                                    problems.bad[i]))
         table, rows = _drop(table, rows, problems.mask(table.num_rows))
     return table, rows, resolved
+
+
+def score_checked_chunk(
+    chunk, table: pa.Table, problems, resolved: tuple[str, ...] | None, skipped: list, *,
+    backend: str, **kw,
+) -> tuple[tuple[Batch, dict[str, np.ndarray]] | None, tuple[str, ...] | None]:
+    """Score one checked chunk under ``on_error="skip"``: its bad rows (``problems``, and
+    those the vectorized input checks find) are appended to ``skipped``, then the rest is
+    scored; a record that a kernel still refuses is skipped too and the chunk scored again
+    without it. Returns ``((batch, scores) or None when every row was skipped, methods)``.
+    ``kw``: the scoring options of :func:`_score_table`."""
+    table, rows, resolved = _skip_bad_rows(chunk, table, problems, resolved, skipped, **kw)
+    while table.num_rows:
+        try:
+            batch, resolved, scores = _score_table(table, chunk, rows, resolved,
+                                                   backend=backend, **kw)
+        except RecordError as exc:  # a problem the vectorized checks did not foresee
+            if exc.row is None:
+                raise
+            tid = table.column("trajectory_id")[exc.row].as_py()
+            skipped.append(Skipped(chunk.source, int(rows[exc.row]),
+                                   None if tid is None else str(tid), str(exc)))
+            keep = np.ones(table.num_rows, bool)
+            keep[exc.row] = False
+            table, rows = _drop(table, rows, ~keep)
+            continue
+        return (batch, scores), resolved
+    return None, resolved
 
 
 def check_mode(check: str) -> None:
@@ -651,24 +696,10 @@ def iter_scores(
                                                        backend=backend, **kw)
                 yield batch, scores
                 continue
-            table, rows, resolved = _skip_bad_rows(chunk, table, problems, resolved, skipped,
-                                                   **kw)
-            while table.num_rows:
-                try:
-                    batch, resolved, scores = _score_table(table, chunk, rows, resolved,
-                                                           backend=backend, **kw)
-                except RecordError as exc:  # a problem the vectorized checks did not foresee
-                    if exc.row is None:
-                        raise
-                    tid = table.column("trajectory_id")[exc.row].as_py()
-                    skipped.append(Skipped(chunk.source, int(rows[exc.row]),
-                                           None if tid is None else str(tid), str(exc)))
-                    keep = np.ones(table.num_rows, bool)
-                    keep[exc.row] = False
-                    table, rows = _drop(table, rows, ~keep)
-                    continue
-                yield batch, scores
-                break
+            done, resolved = score_checked_chunk(chunk, table, problems, resolved, skipped,
+                                                 backend=backend, **kw)
+            if done is not None:
+                yield done
     finally:
         seen.close()
 
