@@ -644,7 +644,9 @@ class RayScores:
     methods: the estimators run; outputs: the score columns.
     left_out: with ``methods="all"``, the estimators left out and why.
     n_rows, n_skipped: rows scored and skipped (together: every input row).
-    seconds: wall time.
+    seconds: wall time; stages: seconds of each step (``resolve``: options and methods on
+      the first chunk, ``ids``: the duplicate check, ``score``: reading and scoring,
+      ``split``: separating scores from skip records).
     """
 
     scores: ray.data.Dataset
@@ -655,6 +657,7 @@ class RayScores:
     n_rows: int
     n_skipped: int
     seconds: float
+    stages: dict[str, float] = field(default_factory=dict)
 
 
 def _first_chunks(source, files: list[str] | None, columns: list[str] | None,
@@ -813,6 +816,7 @@ def score_dataset(
         if resolved is None:  # no record has a row left: nothing to score
             resolved = tuple(m for m in names if m != "all")
         outputs = tuple(o for m in resolved for o in get_estimator(m).outputs)
+        stages = {"resolve": time.perf_counter() - start}
         if foreign:
             n_rows = source.count()
             ids = source.map_batches(_foreign_ids, batch_format="pyarrow", batch_size=None)
@@ -820,6 +824,7 @@ def score_dataset(
             n_rows = count_rows(files) or len(files) * chunk_rows
             ids = _read(files, _ReadPlan(None, chunk_rows, "ids"))
         repeats = _find_repeats(ids, n_rows, files)
+        stages["ids"] = time.perf_counter() - start - sum(stages.values())
         if len(repeats) and not skip:
             from fastuq.engine.errors import RecordError
 
@@ -840,6 +845,7 @@ def score_dataset(
             compute=ray.data.ActorPoolStrategy(min_size=1, max_size=n_actors),
             num_cpus=cpus_per_actor, num_gpus=num_gpus or None,
         ).materialize()
+        stages["score"] = time.perf_counter() - start - sum(stages.values())
         keep = ("trajectory_id", *outputs, *extras)
         scores = combined.map_batches(_scored_rows, fn_kwargs={"columns": keep},
                                       batch_format="pyarrow", batch_size=None)
@@ -847,9 +853,10 @@ def score_dataset(
                                        batch_size=None).materialize()
         n_skipped = skipped.count()
         n_total = combined.count()
+        stages["split"] = time.perf_counter() - start - sum(stages.values())
     return RayScores(scores=scores, skipped=skipped, methods=tuple(resolved), outputs=outputs,
                      left_out=left_out, n_rows=n_total - n_skipped, n_skipped=n_skipped,
-                     seconds=time.perf_counter() - start)
+                     seconds=time.perf_counter() - start, stages=stages)
 
 
 # --- writing folders ---------------------------------------------------------------------------
