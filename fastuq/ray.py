@@ -716,6 +716,12 @@ def _resolve_first(chunks: Iterator, methods, params: dict, *, skip: bool,
     return None, {}, ()
 
 
+def _batch_size(num_gpus: float, chunk_rows: int) -> int | None:
+    """Rows per batch: a GPU actor must be given a batch size (its batches may then join
+    the blocks of several files); CPU actors take whole reader blocks."""
+    return chunk_rows if num_gpus else None
+
+
 def _pool(num_gpus: float | None, actors: int | None, cpus: float) -> tuple[float, int]:
     """GPUs per actor (``None``: one when the cluster has GPUs) and the most actors."""
     import ray
@@ -840,8 +846,7 @@ def score_dataset(
         combined = data.map_batches(
             _ChunkScorer, fn_constructor_kwargs={"config": config, "repeats": repeats},
             batch_format="pyarrow",
-            # a GPU actor must be given a batch size; CPU actors take whole reader blocks
-            batch_size=chunk_rows if num_gpus else None,
+            batch_size=_batch_size(num_gpus, chunk_rows),
             compute=ray.data.ActorPoolStrategy(min_size=1, max_size=n_actors),
             num_cpus=cpus_per_actor, num_gpus=num_gpus or None,
         ).materialize()

@@ -100,13 +100,16 @@ def reference(data, tmp_path_factory):
 @pytest.fixture(scope="module")
 def ray_run(local_ray, data):
     """The Ray run of the same corpus, its ids checked in many buckets (the shuffle a
-    large corpus gets)."""
-    saved = fray.BUCKET_IDS
+    large corpus gets), in batches of 25 rows that cut the reader's chunks and join files
+    (as GPU actors, which must be given a batch size, get them; the CLI test below runs
+    the CPU actors' whole blocks)."""
+    saved = fray.BUCKET_IDS, fray._batch_size
     fray.BUCKET_IDS = 64  # 260 ids: 5 buckets
+    fray._batch_size = lambda num_gpus, chunk_rows: 25
     try:
         res = fray.score_dataset(data, METHODS, on_error="skip", chunk_rows=CHUNK)
     finally:
-        fray.BUCKET_IDS = saved
+        fray.BUCKET_IDS, fray._batch_size = saved
     scores = pa.concat_tables(res.scores.iter_batches(batch_size=None, batch_format="pyarrow"))
     return res, scores
 
