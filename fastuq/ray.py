@@ -469,6 +469,22 @@ def _check_install() -> None:
             "on the workers' path: start the driver outside the source checkout") from None
 
 
+def _check_working_directory() -> None:
+    """ImportError when this process's working directory holds a ``fastuq`` package other
+    than the one imported here: Ray puts the driver's working directory first on the
+    workers' ``sys.path``, so they would import it instead (from a source checkout: the
+    bare source tree, which lacks the compiled-in ``fastuq.kernels``)."""
+    import fastuq
+
+    here = Path.cwd() / "fastuq"
+    mine = Path(fastuq.__file__).resolve().parent
+    if (here / "__init__.py").exists() and here.resolve() != mine:
+        raise ImportError(
+            f"the working directory holds a fastuq package ({here}) other than the installed "
+            f"one ({mine}); Ray puts the driver's working directory first on its workers' "
+            "path, so they would import it: start the driver from another folder")
+
+
 def _use_device(backend: str, num_gpus: float, cpus: float) -> None:
     """JAX on this worker: its GPU when it was given one, else the CPU split into one XLA
     device per CPU it was given."""
@@ -790,6 +806,7 @@ def score_dataset(
 
     ray = _ray()
     start = time.perf_counter()
+    _check_working_directory()
     check_reading_options(on_error, [], observation_noise, check)
     if chunk_rows < 1:
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
