@@ -31,7 +31,8 @@ any scoring. Every input row therefore gives exactly one score row or one skip r
 A ``ray.data.Dataset`` that fastuq did not read has no file or row numbers: its records are
 named ``ray dataset`` and numbered within the Arrow batch a worker received (the
 trajectory_id identifies them), and since it has no row order to keep a first occurrence by,
-every occurrence of a repeated id is a bad record.
+every occurrence of a repeated id is a bad record. Its pipeline runs twice (the id check, then
+scoring; plus its first chunk on the driver): materialize it first if it is costly.
 
 **Which error first.** With ``on_error="raise"`` the run stops at a bad record with the
 single-process message for that record; when the corpus has several, the one reported may be
@@ -841,11 +842,14 @@ def score_dataset(
         outputs = tuple(o for m in resolved for o in get_estimator(m).outputs)
         stages = {"resolve": time.perf_counter() - start}
         if foreign:
-            n_rows = source.count()
+            n_rows = None
             ids = source.map_batches(_foreign_ids, batch_format="pyarrow", batch_size=None)
         else:
-            n_rows = count_rows(files) or len(files) * chunk_rows
+            n_rows = count_rows(files)  # from the Parquet / Arrow metadata; None for JSON
             ids = _read(files, _ReadPlan(None, chunk_rows, "ids"))
+        if n_rows is None:  # count the ids: kept in the object store for the check
+            ids = ids.materialize()
+            n_rows = ids.count()
         repeats = _find_repeats(ids, n_rows, files)
         stages["ids"] = time.perf_counter() - start - sum(stages.values())
         if len(repeats) and not skip:
@@ -999,6 +1003,7 @@ def score_to_folder(
     """
     from fastuq.engine.errors import TooManySkipped
 
+    start = time.perf_counter()
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
     if skipped_path is not None and on_error != "skip":
@@ -1047,7 +1052,8 @@ def score_to_folder(
                            + [(m, pa.float64()) for m in res.outputs])
         _write_folder(res.scores.select_columns(columns), output, schema, res.n_rows)
     return FolderReport(input=str(source), output=str(output), n_rows=res.n_rows,
-                        n_skipped=res.n_skipped, seconds=res.seconds, methods=res.methods,
+                        n_skipped=res.n_skipped, seconds=time.perf_counter() - start,
+                        methods=res.methods,
                         left_out=res.left_out, skipped_path=None if side is None else str(side),
                         first_reasons=first, result=res)
 
