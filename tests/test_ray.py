@@ -199,6 +199,18 @@ def test_cli_writes_parquet_dataset_folders_atomically(local_ray, data, referenc
         assert "cannot write" in capsys.readouterr().err
     assert not (data / "sub" / "out").exists()
 
+    # too many skipped: the skip list replaces the previous one (a folder of Parquet files
+    # only), the scores folder is left as it was, exit 1
+    before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    old_skip_files = sorted(p.name for p in (tmp_path / "scores.skipped").iterdir())
+    assert main(["score", "--engine", "ray", str(data), "-o", str(out), "--method", METHODS,
+                 "--on-error", "skip", "--max-skip-fraction", "0.01", "--chunk-rows",
+                 str(CHUNK), "--no-progress"]) == 1
+    assert "7 of 260 records (2.69%) were skipped" in capsys.readouterr().err
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
+    assert pq.read_table(tmp_path / "scores.skipped").to_pylist() == ref_skipped
+    assert sorted(p.name for p in (tmp_path / "scores.skipped").iterdir()) != old_skip_files
+
     # a failed run (a repeated id under --on-error raise) leaves nothing behind
     failed = tmp_path / "failed"
     assert main(["score", "--engine", "ray", str(data), "-o", str(failed), "--chunk-rows",
