@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "fit": "fastuq.cli.fit",
     "gate": "fastuq.cli.gate",
     "replay": "fastuq.cli.replay",
+    "report": "fastuq.cli.report",
 }
 
 

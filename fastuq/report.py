@@ -1,0 +1,767 @@
+"""One self-contained HTML page about a labelled corpus: what ``fastuq report`` writes.
+
+>>> from fastuq.report import build_report, write_report
+>>> report = write_report("rollouts.parquet", "report.html")      # build, render, write
+>>> report.pooled                                                 # the eval table (Polars)
+
+The page holds, for a reader who did not run anything:
+
+* the corpus summary: trajectories, questions, accuracy, rounds and team sizes, pooled and per
+  protocol, and the estimators that could not be scored (with the input each one lacks);
+* every estimator's metrics (AUROC, AUARC, PRR, Brier-Platt, ECE, accuracy, n) pooled and per
+  protocol -- the numbers :func:`fastuq.evaluation.evaluation_table` gives, so the same as
+  ``fastuq eval --by protocol`` prints for the same corpus and options;
+* a risk-coverage plot and one reliability diagram per estimator, pooled and per protocol (the
+  plots of ``fastuq eval --plots``, :func:`fastuq.evaluation.plot_risk_coverage` and
+  :func:`fastuq.evaluation.plot_reliability`);
+* with ``sweep_grid``, the SAUCE sweep heatmap of :func:`fastuq.sweeps.heatmap` and the best
+  grid point against the presets (optionally cross-validated);
+* every number again, in full precision, as JSON in ``<script type="application/json"
+  id="fastuq-report-data">`` (the keys of ``fastuq eval --json`` where they overlap).
+
+Plots are PNG embedded as ``data:`` URIs; the page loads nothing from anywhere (no scripts,
+fonts or style sheets from outside), so it can be mailed or archived as one file. Writing is
+atomic: a failed run leaves no file behind.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import html
+import json
+import math
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+__all__ = [
+    "LOWER_IS_BETTER",
+    "Figure",
+    "Report",
+    "SweepSection",
+    "build_report",
+    "render_html",
+    "write_report",
+]
+
+#: Metrics of the table for which lower is better (the others: higher is better).
+LOWER_IS_BETTER = frozenset({"brier_platt", "ece"})
+
+#: The group name of trajectories in a corpus without a ``protocol`` column.
+_NO_PROTOCOL = "(no protocol)"
+
+#: Default sweep metric and the metrics a report's sweep computes.
+_SWEEP_METRICS = ("auroc", "auarc", "prr")
+
+_METRIC_TEXT = {
+    "auroc": "AUROC: probability that a correct trajectory is scored less uncertain than a "
+             "wrong one (ties count one half); 50 is chance.",
+    "auarc": "AUARC: mean accuracy of the kept trajectories over all coverages, most certain "
+             "first (the area under the risk-coverage curve drawn as accuracy).",
+    "prr": "PRR: prediction rejection ratio, the share of the oracle's gain in that area that "
+           "the estimator achieves; 0 is chance, 100 the oracle.",
+    "brier_platt": "Brier-Platt: Brier score of out-of-fold Platt-scaled probabilities of "
+                   "being correct (5 stratified folds, seed 0); lower is better.",
+    "ece": "ECE: expected calibration error of the same probabilities in 15 equal-width bins; "
+           "lower is better.",
+}
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One embedded plot: ``png`` bytes, a ``title`` (heading above it) and a ``caption``
+    (what it shows, for a reader who did not run it)."""
+
+    key: str
+    title: str
+    caption: str
+    png: bytes
+
+
+@dataclass
+class SweepSection:
+    """The SAUCE sweep of a report: the grid table (one row per point, as
+    :func:`fastuq.sweeps.sweep` returns it), the metric plotted and used for selection, the
+    swept parameter names, the best point, the preset metrics (``None`` when a protocol has no
+    preset), the cross-validated selection (a :class:`fastuq.sweeps.CVSummary` or ``None``)
+    and the heatmap."""
+
+    table: pl.DataFrame
+    metric: str
+    names: tuple[str, ...]
+    best: dict[str, float]
+    preset: dict[str, float] | None
+    cv: Any
+    figure: Figure
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: metric, grid values per parameter, best point, presets, CV folds."""
+        cv = None
+        if self.cv is not None:
+            cv = {"metric": self.cv.metric, "mean_heldout": self.cv.mean_heldout,
+                  "mean_preset_heldout": self.cv.mean_preset_heldout,
+                  "chosen": self.cv.chosen, "chosen_metric": self.cv.chosen_metric,
+                  "folds": _clean(self.cv.folds.to_dicts())}
+        return {
+            "metric": self.metric,
+            "grid": {k: sorted(set(self.table[k].to_list())) for k in self.names},
+            "points": self.table.height,
+            "best": _clean(self.best),
+            "preset": _clean(self.preset),
+            "cv": cv,
+        }
+
+
+@dataclass
+class Report:
+    """Everything a report page shows (:func:`build_report`); :meth:`html` renders it.
+
+    corpus: the corpus's display name; source: its path (or a description of the object).
+    summary: one row per protocol and a last row ``all``: ``protocol``, ``trajectories``,
+      ``questions`` (distinct ``question_id``; null without that column), ``accuracy``,
+      ``rounds_mean``, ``rounds_max`` (null without per-round or per-node columns),
+      ``agents_mean`` (initial team size; null when the corpus does not say).
+    methods: the estimators scored, in registry order; left_out: estimator -> why it was not
+      scored (``methods="all"`` only).
+    pooled: the :func:`fastuq.evaluation.evaluation_table` of every trajectory;
+      by_protocol: the same per protocol (empty for a corpus without a ``protocol`` column).
+    figures: group (``"all"`` or a protocol) -> its plots.
+    sweep: the :class:`SweepSection`, when a grid was given.
+    settings: how the corpus was scored (dtype, backend, observation noise, parameters).
+    """
+
+    corpus: str
+    source: str
+    title: str
+    summary: pl.DataFrame
+    methods: list[str]
+    left_out: dict[str, str]
+    pooled: pl.DataFrame
+    by_protocol: dict[str, pl.DataFrame]
+    figures: dict[str, list[Figure]]
+    sweep: SweepSection | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    created: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every number of the page, fractions in full precision, NaN as ``None``: the keys
+        ``n``, ``accuracy``, ``methods``, ``estimators`` and ``by_protocol`` as ``fastuq eval
+        --json`` writes them, plus ``summary``, ``left_out``, ``sweep`` and ``settings``."""
+        from fastuq import __version__
+        from fastuq.evaluation import table_records
+
+        return {
+            "fastuq_version": __version__,
+            "title": self.title,
+            "corpus": self.source,
+            "created": self.created,
+            "units": "fraction",
+            "n": int(self.pooled["n"][0]),
+            "accuracy": float(self.pooled["accuracy"][0]),
+            "methods": self.methods,
+            "left_out": self.left_out,
+            "summary": _clean(self.summary.to_dicts()),
+            "estimators": table_records(self.pooled),
+            "by_protocol": {k: table_records(v) for k, v in self.by_protocol.items()} or None,
+            "figures": {g: [f.key for f in figs] for g, figs in self.figures.items()},
+            "sweep": None if self.sweep is None else self.sweep.to_dict(),
+            "settings": _clean(self.settings),
+        }
+
+    def html(self) -> str:
+        """The page (:func:`render_html`)."""
+        return render_html(self)
+
+
+# ------------------------------------------------------------------------------- building
+
+
+def _clean(value: Any) -> Any:
+    """``value`` with NaN / infinite floats as ``None`` and NumPy scalars as Python ones."""
+    if isinstance(value, Mapping):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _display_name(source: Any, name: str | None) -> tuple[str, str]:
+    """``(display name, source description)`` of what is read."""
+    if isinstance(source, str | os.PathLike):
+        path = Path(source)
+        from fastuq.cli import sample_corpus_path
+
+        shown = path.name or str(path)
+        if path.resolve() == sample_corpus_path().resolve():
+            shown = f"{shown} (the bundled sample corpus)"
+        return name or shown, str(path.resolve())
+    if name is None:
+        raise ValueError("name= is required when the corpus is not a file or folder "
+                         "(it titles the page and every plot caption)")
+    return name, f"in-memory {type(source).__name__}"
+
+
+def _png(draw, *args: Any, **kwargs: Any) -> bytes:
+    """Call a plotting function of :mod:`fastuq.evaluation` or :mod:`fastuq.sweeps` (which
+    write a file) on a temporary path and return the PNG bytes."""
+    with tempfile.TemporaryDirectory(prefix="fastuq-report-") as tmp:
+        path = Path(tmp) / "figure.png"
+        draw(*args, path, **kwargs)
+        return path.read_bytes()
+
+
+def _group_figures(
+    group: str,
+    where: str,
+    labels: np.ndarray,
+    scores: pl.DataFrame,
+) -> list[Figure]:
+    """The risk-coverage plot and one reliability diagram per estimator of one group, as
+    ``fastuq eval --plots`` draws them (same Platt folds, seed and bins as the metrics)."""
+    from fastuq.evaluation import plot_reliability, plot_risk_coverage
+    from fastuq.metrics import platt_oof_probabilities
+
+    n = labels.shape[0]
+    names = list(scores.columns)
+    figures = [Figure(
+        key=f"{group}/risk_coverage",
+        title=f"Risk-coverage: {where}",
+        caption=(f"Accuracy (fraction correct) of the trajectories kept when only the most "
+                 f"certain fraction of {where} (n = {n:,}) is kept, per estimator (AUARC, the "
+                 f"curve's mean, in percent in the legend); dashed: the oracle, dotted: no "
+                 f"rejection."),
+        png=_png(plot_risk_coverage, labels, scores),
+    )]
+    prob = np.asarray(platt_oof_probabilities(labels, scores, n_folds=5, seed=0, C=1.0))
+    if prob.ndim == 1:
+        prob = prob[:, None]
+    for j, name in enumerate(names):
+        if np.isnan(prob[:, j]).any():  # single-class labels: no probabilities
+            continue
+        figures.append(Figure(
+            key=f"{group}/reliability/{name}",
+            title=f"Reliability of {name}: {where}",
+            caption=(f"{name} turned into a probability of being correct by out-of-fold Platt "
+                     f"scaling (5 folds, seed 0), {where} (n = {n:,}): observed accuracy per "
+                     f"probability bin against the diagonal of perfect calibration; below, "
+                     f"trajectories per bin."),
+            png=_png(plot_reliability, labels, prob[:, j], name=name),
+        ))
+    return figures
+
+
+def _rounds(batch: Any) -> np.ndarray | None:
+    """``[N]`` int64 rounds each trajectory ran: from its per-round agreement (or the answers
+    it is derived from), else from its per-node log-probabilities; None when it has neither."""
+    if batch.has("agreement"):
+        mask = batch.rounds("agreement")[1]
+    elif batch.has("seq_logprob"):
+        mask = batch.nodes("seq_logprob")[2]
+    else:
+        return None
+    return mask.sum(axis=0).astype(np.int64)
+
+
+def _summary(frame: pl.DataFrame, has_questions: bool, has_agents: bool,
+             has_rounds: bool) -> pl.DataFrame:
+    """The per-protocol summary rows and the ``all`` row (see :class:`Report`) of ``frame``
+    (``protocol``, ``question``, ``correct``, ``rounds``, ``agents`` per trajectory); the
+    columns the corpus cannot fill are null."""
+
+    def row(name: str, df: pl.DataFrame) -> dict[str, Any]:
+        return {
+            "protocol": name,
+            "trajectories": df.height,
+            "questions": df["question"].n_unique() if has_questions else None,
+            "accuracy": float(df["correct"].mean()),
+            "rounds_mean": float(df["rounds"].mean()) if has_rounds else None,
+            "rounds_max": int(df["rounds"].max()) if has_rounds else None,
+            "agents_mean": float(df["agents"].mean()) if has_agents else None,
+        }
+
+    rows = [row(p, frame.filter(pl.col("protocol") == p))
+            for p in sorted(frame["protocol"].unique().to_list())]
+    rows.append(row("all", frame))
+    return pl.DataFrame(rows, schema={
+        "protocol": pl.String, "trajectories": pl.Int64, "questions": pl.Int64,
+        "accuracy": pl.Float64, "rounds_mean": pl.Float64, "rounds_max": pl.Int64,
+        "agents_mean": pl.Float64,
+    })
+
+
+def _sweep_section(
+    source: Any,
+    where: str,
+    grid: Mapping[str, Sequence[float]],
+    *,
+    metric: str,
+    log: Sequence[str],
+    folds: int | None,
+    protocol: str | None,
+    observation_noise: float | None,
+    dtype: str,
+    base: Mapping[str, Mapping[str, float]] | None,
+) -> SweepSection:
+    """Run :func:`fastuq.sweeps.sweep` over ``grid`` and draw its heatmap."""
+    from fastuq.sweeps import heatmap, sweep
+
+    if metric not in _SWEEP_METRICS:
+        raise ValueError(f"sweep metric must be one of {_SWEEP_METRICS}, got {metric!r}")
+    unknown = [k for k in log if k not in grid]
+    if unknown:
+        raise ValueError(f"sweep log axis {unknown[0]!r} is not swept (swept: {list(grid)})")
+    metrics = (metric, *(m for m in _SWEEP_METRICS if m != metric))
+    table = sweep(source, grid, metrics, protocol=protocol, dtype=dtype, folds=folds,
+                  params=base, observation_noise=observation_noise)
+    names = tuple(c for c in table.columns if c in grid)
+    ranked = table.filter(~table[metric].is_nan()).sort(metric, descending=True,
+                                                       maintain_order=True)
+    if not ranked.height:
+        raise ValueError(f"the sweep's {metric} is undefined at every grid point "
+                         "(single-class labels?)")
+    best = ranked.row(0, named=True)
+    swept = " x ".join(names)
+    title = f"SAUCE {metric.upper()} over {swept}, {where}"
+    png = _png(heatmap, table, metric, log=list(log), title=title)
+    preset = getattr(table, "preset", None)
+    cv = getattr(table, "cv", None)
+    figure = Figure(
+        key="sweep/heatmap",
+        title=f"SAUCE sweep: {swept}",
+        caption=(f"Exact {metric.upper()} of SAUCE at each of the {table.height:,} grid points "
+                 f"({where}); parameters not swept keep each protocol's preset. The star marks "
+                 f"the best point."),
+        png=png,
+    )
+    return SweepSection(table=table, metric=metric, names=names, best=dict(best),
+                        preset=preset, cv=cv, figure=figure)
+
+
+def build_report(
+    corpus: Any,
+    *,
+    methods: str | Sequence[str] = "all",
+    name: str | None = None,
+    title: str | None = None,
+    protocol: str | None = None,
+    params: Mapping[str, Any] | None = None,
+    protocol_params: Mapping[str, Mapping[str, float]] | None = None,
+    observation_noise: float | None = None,
+    dtype: str = "float64",
+    backend: str = "jax",
+    chunk_rows: int = 1 << 18,
+    check: str = "corpus",
+    plots: bool = True,
+    sweep_grid: Mapping[str, Sequence[float]] | None = None,
+    sweep_metric: str = "auroc",
+    sweep_log: Sequence[str] = (),
+    sweep_folds: int | None = None,
+    sweep_dtype: str = "float32",
+) -> Report:
+    """Score ``corpus``, evaluate every estimator pooled and per protocol, and draw the plots.
+
+    Args:
+      corpus: a labelled corpus (a Parquet / JSONL / JSONL.gz file or folder; or anything
+        :func:`fastuq.engine.scoring.iter_scores` reads, with ``name``).
+      methods: estimator names, or ``"all"`` (every estimator whose inputs the corpus has;
+        the others are listed with what they lack).
+      name: the corpus's name on the page (default: the file name).
+      title: the page title (default ``"fastuq report: NAME"``).
+      protocol: preset for every record (default: each record's ``protocol``).
+      params: estimator parameters by name, as :func:`fastuq.score` takes them (``lam=0.9``,
+        ``{"lam": {"debate": 0.9}}``, ``theta_s=0.7``...); an unknown name raises.
+      protocol_params: per-protocol SAUCE parameters (:func:`fastuq.fit.load_params` of a
+        ``fastuq fit -o`` file), applied when scoring and as the sweep's base; excludes
+        SAUCE parameters in ``params``.
+      observation_noise: constant R_t for corpora without token entropy (SAUCE, UAAD).
+      dtype, backend, chunk_rows, check: as :func:`fastuq.score` (the defaults of ``fastuq
+        eval``).
+      plots: draw the risk-coverage and reliability plots (needs matplotlib).
+      sweep_grid: SAUCE parameter -> values; when given, :func:`fastuq.sweeps.sweep` over
+        their Cartesian product and its heatmap are added.
+      sweep_metric: the sweep metric plotted and selected by (``auroc``, ``auarc``, ``prr``).
+      sweep_log: swept parameters drawn on a log axis.
+      sweep_folds: k for the sweep's cross-validated selection (None: none).
+      sweep_dtype: the sweep's scoring and ranking precision (``float32`` as ``fastuq
+        sweep``).
+
+    Returns:
+      a :class:`Report`.
+
+    Raises:
+      ValueError: a corpus without labels or with a null label, bad parameters or grid;
+      FileNotFoundError: no such corpus; ImportError: ``plots`` without matplotlib.
+    """
+    import pyarrow as pa
+
+    from fastuq import ESTIMATORS
+    from fastuq.engine.scoring import iter_scores
+    from fastuq.evaluation import evaluation_table
+
+    if plots:
+        from fastuq.evaluation import _figure
+
+        _figure(1, 1)  # ImportError with the install hint before any work
+    shown, source_text = _display_name(corpus, name)
+    params = dict(params or {})
+    if protocol_params is not None:
+        from fastuq.fit import per_parameter
+        from fastuq.sweeps import PARAMS, check_protocol_params
+
+        protocol_params = check_protocol_params(protocol_params, "protocol_params: ")
+        both = sorted(set(params) & set(PARAMS))
+        if both:
+            raise ValueError(f"SAUCE parameter {both[0]!r} is given both in params and in "
+                             "protocol_params")
+        params.update(per_parameter(protocol_params))
+
+    info: dict[str, Any] = {}
+    tables: list[pa.Table] = []
+    meta: list[pa.Table] = []
+    has_questions = has_agents = has_rounds = True
+    for batch, scores in iter_scores(
+        corpus, methods=methods, protocol=protocol, params=params, dtype=dtype,
+        backend=backend, chunk_rows=chunk_rows, observation_noise=observation_noise,
+        check=check, info=info,
+    ):
+        if "correct" not in batch.table.column_names:
+            raise ValueError(f"{source_text}: no labels: the corpus has no 'correct' field "
+                             "(bool, True = correct); a report needs them")
+        correct = batch.column("correct").cast(pa.bool_())
+        if correct.null_count:
+            k = int(np.flatnonzero(correct.is_null().to_numpy(zero_copy_only=False))[0])
+            raise ValueError(f"trajectory {batch.ids[k].as_py()!r} has no label (field correct "
+                             f"is null; {correct.null_count} unlabelled in its chunk)")
+        tables.append(pa.table({"trajectory_id": batch.ids,
+                                **{k: v for k, v in scores.items() if k in ESTIMATORS}}))
+        if protocol is None and "protocol" not in batch.table.column_names:
+            protos: Any = _NO_PROTOCOL  # estimators without presets need none
+        else:
+            protos = batch.protocol(protocol)
+        has_questions &= "question_id" in batch.table.column_names
+        agents_known = batch.has("n_agents") or batch.has("seq_logprob")
+        has_agents &= agents_known
+        rounds = _rounds(batch)
+        has_rounds &= rounds is not None
+        meta.append(pa.table({
+            "protocol": pa.array(np.full(batch.n, protos)) if isinstance(protos, str)
+            else protos,
+            "question": (batch.column("question_id").cast(pa.string()) if has_questions
+                         else pa.nulls(batch.n, pa.string())),
+            "correct": correct,
+            "rounds": pa.array(np.zeros(batch.n, np.int64) if rounds is None else rounds),
+            "agents": pa.array(batch.team_sizes().astype(np.float64) if agents_known
+                               else np.zeros(batch.n)),
+        }))
+    if not tables:
+        raise ValueError(f"{source_text}: the corpus holds no trajectory")
+    scored = pl.from_arrow(pa.concat_tables(tables))
+    info_frame = pl.from_arrow(pa.concat_tables(meta))
+    assert isinstance(scored, pl.DataFrame) and isinstance(info_frame, pl.DataFrame)
+    names = [c for c in scored.columns if c != "trajectory_id"]
+    score_frame = scored.select(names)
+    labels = info_frame["correct"].to_numpy()
+    groups = info_frame["protocol"].to_numpy()
+
+    pooled = evaluation_table(labels, score_frame)
+    by_protocol: dict[str, pl.DataFrame] = {}
+    protocols = sorted(set(groups.tolist()) - {_NO_PROTOCOL})
+    for proto in protocols:
+        keep = groups == proto
+        by_protocol[proto] = evaluation_table(labels[keep], score_frame.filter(pl.Series(keep)))
+
+    figures: dict[str, list[Figure]] = {}
+    if plots:
+        figures["all"] = _group_figures("all", f"all of {shown}", labels, score_frame)
+        if len(protocols) > 1:
+            for proto in protocols:
+                keep = groups == proto
+                figures[proto] = _group_figures(
+                    proto, f"protocol {proto} of {shown}", labels[keep],
+                    score_frame.filter(pl.Series(keep)))
+
+    sweep = None
+    if sweep_grid is not None:
+        from fastuq.sweeps import PARAMS
+
+        base = protocol_params
+        scalar = {k: v for k, v in params.items()
+                  if k in PARAMS and k not in sweep_grid and not isinstance(v, Mapping)}
+        if base is None and scalar:  # --lam ... given for scoring: the sweep's base too
+            base = {p: dict(scalar) for p in protocols}
+        sweep = _sweep_section(corpus, f"{shown}, n = {labels.shape[0]:,}", sweep_grid,
+                               metric=sweep_metric, log=sweep_log, folds=sweep_folds,
+                               protocol=protocol, observation_noise=observation_noise,
+                               dtype=sweep_dtype, base=base)
+
+    settings = {
+        "methods": methods if isinstance(methods, str) else list(methods),
+        "protocol": protocol, "dtype": dtype, "backend": backend,
+        "observation_noise": observation_noise,
+        "params": {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in params.items()},
+        "platt": "out-of-fold, 5 stratified folds, seed 0, C = 1", "ece_bins": 15,
+    }
+    return Report(
+        corpus=shown,
+        source=source_text,
+        title=title or f"fastuq report: {shown}",
+        summary=_summary(info_frame, has_questions, has_agents, has_rounds),
+        methods=names,
+        left_out=dict(info.get("left_out") or {}),
+        pooled=pooled,
+        by_protocol=by_protocol,
+        figures=figures,
+        sweep=sweep,
+        settings=settings,
+        created=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    )
+
+
+# ------------------------------------------------------------------------------- rendering
+
+_CSS = """
+:root { color-scheme: light; }
+body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif;
+       margin: 0; color: #1d1d1f; background: #ffffff; }
+header { background: #243447; color: #ffffff; padding: 18px 32px; }
+header h1 { margin: 0 0 4px; font-size: 24px; }
+header p { margin: 0; color: #d5dde6; font-size: 13px; }
+main { padding: 8px 32px 40px; max-width: 1500px; }
+h2 { border-bottom: 2px solid #243447; padding-bottom: 4px; margin-top: 32px; }
+h3 { margin: 20px 0 8px; }
+table { border-collapse: collapse; margin: 8px 0 12px; font-variant-numeric: tabular-nums; }
+th, td { border: 1px solid #c9ced6; padding: 4px 10px; }
+th { background: #eef1f5; text-align: center; }
+td.num { text-align: right; }
+td.best { font-weight: 700; background: #fff4cc; }
+.overview { display: flex; flex-wrap: wrap; gap: 24px; align-items: flex-start; }
+.grid { display: flex; flex-wrap: wrap; gap: 16px; }
+figure { margin: 8px 0; border: 1px solid #dfe3e8; padding: 8px; background: #ffffff;
+         max-width: calc(100% - 18px); }
+figure img { display: block; max-width: 100%; height: auto; }
+figcaption { font-size: 12.5px; color: #44505c; margin-top: 4px; }
+figcaption b { color: #1d1d1f; }
+.note { color: #44505c; font-size: 13.5px; max-width: 980px; }
+details { margin: 12px 0; }
+summary { cursor: pointer; font-weight: 600; }
+code { background: #f2f4f7; padding: 0 3px; }
+"""
+
+
+def _e(text: Any) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _percent(value: Any) -> str:
+    return "nan" if value is None or (isinstance(value, float) and math.isnan(value)) \
+        else f"{value * 100:.2f}"
+
+
+def _metrics_table(df: pl.DataFrame) -> str:
+    """An evaluation table as HTML: the cells ``fastuq eval`` prints (percent, 2 decimals;
+    n with thousands separators), the best value of each metric column in bold."""
+    from fastuq.evaluation import _HEADERS, _cell
+
+    cols = list(df.columns)
+    best: dict[str, float] = {}
+    for c in cols:
+        if c in _METRIC_TEXT:
+            values = [v for v in df[c].to_list() if v is not None and not math.isnan(v)]
+            if values:
+                best[c] = min(values) if c in LOWER_IS_BETTER else max(values)
+    head = "".join(f"<th>{_e(_HEADERS.get(c, c))}</th>" for c in cols)
+    body = []
+    for row in df.iter_rows(named=True):
+        cells = []
+        for c in cols:
+            text = _cell(row[c], c, percent=True, thousands=True)
+            if c == "estimator":
+                cells.append(f"<td>{_e(text)}</td>")
+                continue
+            cls = "num best" if c in best and row[c] == best[c] and df.height > 1 else "num"
+            cells.append(f'<td class="{cls}" data-metric="{_e(c)}">{_e(text)}</td>')
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return (f'<table class="metrics"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(body)}</tbody></table>")
+
+
+def _summary_table(df: pl.DataFrame) -> str:
+    heads = ["protocol", "trajectories", "questions", "accuracy (%)", "rounds (mean)",
+             "rounds (max)", "initial team (mean agents)"]
+    body = []
+    for row in df.iter_rows(named=True):
+        cells = [
+            row["protocol"],
+            f"{row['trajectories']:,}",
+            "—" if row["questions"] is None else f"{row['questions']:,}",
+            _percent(row["accuracy"]),
+            "—" if row["rounds_mean"] is None else f"{row['rounds_mean']:.2f}",
+            "—" if row["rounds_max"] is None else f"{row['rounds_max']}",
+            "—" if row["agents_mean"] is None else f"{row['agents_mean']:.2f}",
+        ]
+        tds = [f"<td>{_e(cells[0])}</td>"] + [f'<td class="num">{_e(c)}</td>'
+                                               for c in cells[1:]]
+        body.append("<tr>" + "".join(tds) + "</tr>")
+    head = "".join(f"<th>{_e(h)}</th>" for h in heads)
+    return (f'<table class="summary"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(body)}</tbody></table>")
+
+
+def _png_size(png: bytes) -> tuple[int, int]:
+    """``(width, height)`` in pixels from a PNG's IHDR chunk."""
+    if png[:8] != b"\x89PNG\r\n\x1a\n" or png[12:16] != b"IHDR":
+        raise ValueError("not a PNG image")
+    return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+
+
+def _figure_html(fig: Figure) -> str:
+    data = base64.b64encode(fig.png).decode("ascii")
+    width, height = _png_size(fig.png)
+    return (f'<figure id="{_e(fig.key)}" style="width: {width}px">'
+            f'<img src="data:image/png;base64,{data}" width="{width}" height="{height}" '
+            f'alt="{_e(fig.title)}"><figcaption><b>{_e(fig.title)}.</b> '
+            f"{_e(fig.caption)}</figcaption></figure>")
+
+
+def _group_html(report: Report, group: str, table: pl.DataFrame, heading: str,
+                note: str = "", risk_shown: bool = False) -> str:
+    """A section of metrics and plots (``risk_shown``: the risk-coverage plot is already on
+    the page, in the overview)."""
+    figs = report.figures.get(group, [])
+    n = int(table["n"][0])
+    acc = float(table["accuracy"][0])
+    parts = [f'<section id="group-{_e(group)}"><h2>{_e(heading)}</h2>',
+             f'<p class="note">{n:,} trajectories of {_e(report.corpus)}, accuracy '
+             f"{acc * 100:.2f}%. Metrics in percent; higher is better except Brier-Platt and "
+             f"ECE; the best value of each column is in bold.{_e(note)}</p>",
+             _metrics_table(table)]
+    risk = [] if risk_shown else [f for f in figs if f.key.endswith("/risk_coverage")]
+    rel = [f for f in figs if "/reliability/" in f.key]
+    if risk:
+        parts.append('<div class="grid">' + "".join(_figure_html(f) for f in risk) + "</div>")
+    if rel:
+        parts.append(f"<h3>Reliability diagrams ({len(rel)} estimators)</h3>")
+        parts.append('<div class="grid">' + "".join(_figure_html(f) for f in rel) + "</div>")
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _sweep_html(report: Report) -> str:
+    sw = report.sweep
+    assert sw is not None
+    m = sw.metric
+    point = ", ".join(f"{k} = {sw.best[k]:.4g}" for k in sw.names)
+    lines = [f"<li>Best of the {sw.table.height:,} grid points by {m.upper()}: {_e(point)}: "
+             + ", ".join(f"{k.upper()} {_percent(sw.best[k])}"
+                         for k in _SWEEP_METRICS if k in sw.best) + ".</li>"]
+    if sw.preset is not None:
+        lines.append("<li>Each protocol's preset parameters: " + ", ".join(
+            f"{k.upper()} {_percent(v)}" for k, v in sw.preset.items()) + ".</li>")
+    else:
+        lines.append("<li>A protocol of the corpus has no preset: no preset reference.</li>")
+    if sw.cv is not None:
+        cv = sw.cv
+        pre = "" if cv.mean_preset_heldout is None else \
+            f" (the presets: {_percent(cv.mean_preset_heldout)})"
+        lines.append(f"<li>{cv.folds.height}-fold cross-validated selection: the point best on "
+                     f"each fold's training part scores a mean held-out {m.upper()} of "
+                     f"{_percent(cv.mean_heldout)}{_e(pre)}.</li>")
+    return (f'<section id="sweep"><h2>SAUCE parameter sweep</h2>'
+            f'<p class="note">Metrics in percent; every value is exact (no binning).</p>'
+            f"<ul>{''.join(lines)}</ul>{_figure_html(sw.figure)}</section>")
+
+
+def render_html(report: Report) -> str:
+    """The report as one self-contained HTML page (inline style, PNGs as ``data:`` URIs, no
+    script but the JSON data block)."""
+    from fastuq import __version__
+
+    total = report.summary.filter(pl.col("protocol") == "all").row(0, named=True)
+    risk_all = [f for f in report.figures.get("all", []) if f.key == "all/risk_coverage"]
+    left = ""
+    if report.left_out:
+        left = ('<p class="note">Not scored (inputs missing): ' + "; ".join(
+            f"<b>{_e(k)}</b> ({_e(v)})" for k, v in report.left_out.items()) + ".</p>")
+    settings = report.settings
+    noise = settings.get("observation_noise")
+    how = [f"scores in {settings.get('dtype')} on the {settings.get('backend')} backend"]
+    if noise is not None:
+        how.append(f"constant observation noise R_t = {noise:g} in place of token entropy")
+    if settings.get("protocol"):
+        how.append(f"every record scored with the {settings['protocol']} preset")
+    if settings.get("params"):
+        how.append("parameters " + ", ".join(f"{k} = {v}" for k, v in settings["params"].items()))
+    overview = [
+        '<section id="summary"><h2>Corpus</h2><div class="overview"><div>',
+        f'<p class="note"><b>{total["trajectories"]:,}</b> labelled trajectories'
+        + ("" if total["questions"] is None else f" of <b>{total['questions']:,}</b> questions")
+        + f", accuracy <b>{_percent(total['accuracy'])}%</b>; {len(report.methods)} "
+          f"estimators scored: {_e(', '.join(report.methods))}.</p>",
+        _summary_table(report.summary),
+        left,
+        f'<p class="note">How: {_e("; ".join(how))}. Source: <code>{_e(report.source)}</code>.'
+        "</p></div>",
+    ]
+    if risk_all:
+        overview.append(_figure_html(risk_all[0]))
+    overview.append("</div></section>")
+    body = ["".join(overview)]
+    protos = list(report.by_protocol)
+    if len(protos) > 1:
+        heading, note = f"All trajectories ({len(protos)} protocols pooled)", ""
+    elif protos:
+        heading = f"All trajectories (protocol {protos[0]})"
+        note = f" Every trajectory is of protocol {protos[0]}: this is its per-protocol table."
+    else:
+        heading, note = "All trajectories", " The corpus has no protocol column."
+    body.append(_group_html(report, "all", report.pooled, heading, note,
+                            risk_shown=bool(risk_all)))
+    if len(report.by_protocol) > 1:
+        for proto, table in report.by_protocol.items():
+            body.append(_group_html(report, proto, table, f"Protocol {proto}"))
+    if report.sweep is not None:
+        body.append(_sweep_html(report))
+    defs = "".join(f"<li>{_e(t)}</li>" for t in _METRIC_TEXT.values())
+    body.append('<section id="definitions"><h2>What the numbers are</h2><ul class="note">'
+                f"{defs}<li>Scores are uncertainties: higher means less likely correct. "
+                "Pooled metrics of a corpus mixing protocols mix their presets' scales; the "
+                "per-protocol tables do not.</li></ul></section>")
+    data = json.dumps(report.to_dict(), allow_nan=False, sort_keys=False)
+    data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{_e(report.title)}</title><style>{_CSS}</style></head><body>"
+        f"<header><h1>{_e(report.title)}</h1><p>fastuq {_e(__version__)} · "
+        f"{_e(report.created)} · corpus {_e(report.corpus)}</p></header>"
+        f"<main>{''.join(body)}</main>"
+        f'<script type="application/json" id="fastuq-report-data">{data}</script>'
+        "</body></html>\n"
+    )
+
+
+def write_report(corpus: Any, path: str | os.PathLike, **kwargs: Any) -> Report:
+    """:func:`build_report` (``kwargs`` are its arguments) and write the page to ``path``
+    (``.html`` or ``.htm``) atomically: nothing appears at ``path`` unless everything was
+    computed and written. Returns the :class:`Report`."""
+    from fastuq.io.writers import OutputError, atomic_write_text, check_outputs
+
+    path = Path(path)
+    if not path.name.lower().endswith((".html", ".htm")):
+        raise OutputError(path, f"a report is HTML; name it {path.stem}.html")
+    check_outputs([corpus] if isinstance(corpus, str | os.PathLike) else [],
+                  [("-o", path, None)])
+    report = build_report(corpus, **kwargs)
+    atomic_write_text(path, render_html(report))
+    return report
