@@ -4,8 +4,9 @@
 Three implementations of the same numbers, side by side:
 
 * :func:`uaad` -- the jitted JAX kernel over padded, time-major arrays ``[T, N]``
-  (rounds x trajectories), vectorized over ``N``, rounds unrolled;
-* :func:`uaad_numpy` -- its NumPy twin, the plainest loop over rounds;
+  (rounds x trajectories), vectorized over ``N`` and the rounds (the stop is the first round
+  whose test holds: one ``argmax`` over all rounds, no loop);
+* :func:`uaad_numpy` -- its NumPy twin, the same array code;
 * :func:`uaad_reference` -- one trajectory in plain Python.
 
 Inputs, per trajectory ``n`` and executed round ``t`` (``round_mask[t, n]``):
@@ -93,13 +94,13 @@ def _uaad(xp, round_risk, agreement, round_mask, n_agents, tau_c, epsilon, risk_
                    xp.asarray(rounds_high, dt), xp)
     cap = xp.minimum(xp.floor(budget), last.astype(dt))
     stop = cap
-    found = xp.zeros(round_risk.shape[1:], bool)
-    for t in range(1, n_t):
-        c, prev = agreement[t], agreement[t - 1]
-        hit = (round_mask[t] & (c >= tau_c) & (xp.abs(c - prev) <= epsilon + slack)
-               & (xp.asarray(t, dt) <= cap) & ~found)
-        stop = xp.where(hit, xp.asarray(t, dt), stop)
-        found = found | hit
+    if n_t > 1:  # every round at once (no loop over rounds: T may be large)
+        c, prev = agreement[1:], agreement[:-1]
+        t_idx = xp.arange(1, n_t, dtype=dt)[:, None]
+        hit = (round_mask[1:] & (c >= tau_c) & (xp.abs(c - prev) <= epsilon + slack)
+               & (t_idx <= cap[None, :]))
+        first = (xp.argmax(hit, axis=0) + 1).astype(dt)  # the first hit (argmax: lowest t)
+        stop = xp.where(xp.any(hit, axis=0), first, cap)
     agents = _pick(tier, xp.asarray(agents_low, dt), xp.asarray(agents_medium, dt),
                    xp.asarray(agents_high, dt), xp)
     calls = n_agents.astype(dt) + agents * stop + xp.asarray(1, dt)
