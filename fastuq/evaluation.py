@@ -654,8 +654,10 @@ def plot_reliability(
     *,
     name: str = "score",
     n_bins: int = 15,
+    title: str | None = None,
 ) -> Path:
     """Write a reliability diagram PNG (500 x 600 pixels) of probabilities of being correct.
+    ``title``: what the plot shows (e.g. the corpus), put before N and the ECE.
 
     Top: observed accuracy per bin (bars) against the bin's mean predicted probability
     (points), the diagonal of perfect calibration, and the ECE in the title. Bottom: the
@@ -680,7 +682,8 @@ def plot_reliability(
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1.08)
     ax.set_ylabel("accuracy (fraction correct)")
-    ax.set_title(f"{name}: reliability, N = {n:,}, ECE = {ece_value * 100:.2f}%", fontsize=10)
+    ax.set_title(f"{title or name + ': reliability'}, N = {n:,}, ECE = {ece_value * 100:.2f}%",
+                 fontsize=10)
     ax.legend(loc="upper left", fontsize=7, frameon=False)
     ax.tick_params(labelbottom=False)
     hist.bar(centers, b["count"], width=width * 0.9, color="0.45")
@@ -700,10 +703,13 @@ def plot_risk_coverage(
     labels: Any,
     scores: Mapping[str, Any] | pa.Table | pl.DataFrame,
     path: str | os.PathLike,
+    *,
+    title: str | None = None,
 ) -> Path:
     """Write one risk-coverage PNG (600 x 450 pixels): for each estimator, the accuracy of
     the retained most-certain fraction against coverage (:func:`accuracy_coverage`, AUARC in
-    the legend), with the oracle and random (overall accuracy) references. Returns ``path``.
+    the legend), with the oracle and random (overall accuracy) references. ``title``: what the
+    plot shows (e.g. the corpus), put before N. Returns ``path``.
     """
     y = np.asarray(_labels_array(labels)).astype(bool)
     cols = _score_columns(scores)
@@ -731,7 +737,7 @@ def plot_risk_coverage(
     ax.set_ylim(max(0.0, min(y.mean(), 1.0) - 0.1), 1.02)
     ax.set_xlabel("coverage (fraction kept, most certain first)")
     ax.set_ylabel("accuracy of the kept trajectories")
-    ax.set_title(f"risk-coverage, N = {n:,}", fontsize=10)
+    ax.set_title(f"{title or 'risk-coverage'}, N = {n:,}", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower left", fontsize=7)
     fig.subplots_adjust(left=0.12, right=0.97, top=0.92, bottom=0.12)

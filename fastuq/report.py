@@ -241,7 +241,7 @@ def _group_figures(
                  f"certain fraction of {where} (n = {n:,}) is kept, per estimator (AUARC, the "
                  f"curve's mean, in percent in the legend); dashed: the oracle, dotted: no "
                  f"rejection."),
-        png=_png(plot_risk_coverage, labels, scores),
+        png=_png(plot_risk_coverage, labels, scores, title=f"risk-coverage: {where}"),
     )]
     prob = np.asarray(platt_oof_probabilities(labels, scores, n_folds=5, seed=0, C=1.0))
     if prob.ndim == 1:
@@ -256,7 +256,8 @@ def _group_figures(
                      f"scaling (5 folds, seed 0), {where} (n = {n:,}): observed accuracy per "
                      f"probability bin against the diagonal of perfect calibration; below, "
                      f"trajectories per bin."),
-            png=_png(plot_reliability, labels, prob[:, j], name=name),
+            png=_png(plot_reliability, labels, prob[:, j], name=name,
+                     title=f"{name} reliability: {where}"),
         ))
     return figures
 
