@@ -577,6 +577,41 @@ def _blocks(scorer: _Scorer, points: np.ndarray):
         pending = nxt
 
 
+def _device_blocks(scorer: _Scorer, points: np.ndarray):
+    """As :func:`_blocks`, but yields the ``[g, N]`` score blocks as device arrays (for
+    ranking where they were computed)."""
+    chunk = scorer.chunk
+    for start in range(0, points.shape[0], chunk):
+        block = points[start:start + chunk]
+        g = block.shape[0]
+        if g < chunk:
+            block = np.concatenate([block, np.repeat(block[-1:], chunk - g, axis=0)])
+        yield start, points[start:start + g], _score_block(scorer, block)[:g]
+
+
+RANKS = ("auto", "host", "device")
+
+
+def _rank_on_device(rank: str, dtype: np.dtype, folds: int | None) -> bool:
+    """Where a sweep ranks: ``"host"`` (the NumPy/Polars engine, :mod:`fastuq.metrics.rank`),
+    ``"device"`` (:mod:`fastuq.metrics.device_rank`, where the scores were computed) or
+    ``"auto"``: the device when JAX's default backend is a GPU (sorts are fast there; XLA's
+    CPU sort is several times slower than the host engine), the scores are float32 and no
+    cross-validation is asked (fold metrics are ranked on the host)."""
+    if rank not in RANKS:
+        raise ValueError(f"rank must be one of {RANKS}, got {rank!r}")
+    if rank == "host":
+        return False
+    usable = dtype == np.float32 and folds is None
+    if rank == "device":
+        if not usable:
+            raise ValueError("rank='device' needs float32 scores and no folds")
+        return True
+    import jax
+
+    return usable and jax.default_backend() == "gpu"
+
+
 def _pull(block, g: int, dtype: np.dtype) -> np.ndarray:
     x = np.asarray(block)[:g]
     return x if x.dtype == dtype else x.astype(dtype)
@@ -656,6 +691,7 @@ def sweep(
     on_error: str = "raise",
     skipped: list | None = None,
     progress: Callable[[int, int | None], None] | None = None,
+    rank: str = "auto",
 ):
     """Exact metrics of SAUCE for every point of a parameter grid.
 
@@ -688,6 +724,10 @@ def sweep(
         their preset). Unknown names raise ValueError.
       observation_noise, on_error, skipped: as :func:`load_sauce_data`.
       progress: called as ``progress(points_done, points_total)`` after each block.
+      rank: where the scores are ranked: ``"auto"`` (default: on the device when it is a GPU,
+        the scores float32 and no folds; else on the host), ``"host"`` or ``"device"``
+        (:mod:`fastuq.metrics.device_rank`: AUROC bit-identical to the host's, AUARC and
+        PRR to float64 rounding).
 
     Returns:
       a ``polars.DataFrame`` with one row per grid point, in grid order: the swept
@@ -735,10 +775,22 @@ def sweep(
     scorer = _make_scorer(data, names, dtype, chunk, base)
     results = {m: np.full(g_total, np.nan) for m in metrics}
     train_sel = None if fold is None else np.full((g_total, int(folds)), np.nan)
-    for start, block_points, x in _blocks(scorer, points):
+    on_device = _rank_on_device(rank, dtype, folds)
+    for start, block_points, x in (_device_blocks if on_device else _blocks)(scorer, points):
         g = x.shape[0]
-        full, parts = _rank_block(data.labels, x, metrics, block_points, names, subsets=train,
-                                  threads=threads)
+        if on_device:
+            from fastuq.metrics.device_rank import rank_metrics_device
+
+            full, finite = rank_metrics_device(data.labels, x, metrics)
+            parts = None
+            if not finite.all():
+                bad = int(np.argmin(finite))
+                point = ", ".join(f"{k}={v:g}" for k, v in zip(names, block_points[bad],
+                                                               strict=True))
+                raise ValueError(f"grid point ({point}) gives non-finite scores")
+        else:
+            full, parts = _rank_block(data.labels, x, metrics, block_points, names,
+                                      subsets=train, threads=threads)
         for m in metrics:
             results[m][start:start + g] = full[m]
         if parts is not None:

@@ -43,6 +43,9 @@ def add_parser(sub) -> None:
     sp.add_argument("--chunk-points", type=int,
                     help="grid points scored per block (bounds memory; default 2**24 // N)")
     sp.add_argument("--threads", type=int, help="host threads ranking scores (default: cores)")
+    sp.add_argument("--rank", choices=("auto", "host", "device"), default="auto",
+                    help="rank the scores on the host or where they were computed (auto, "
+                         "default: the device when it is a GPU, float32 and no --folds)")
     cs.add_options(sp, params=True)
 
 
@@ -110,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
         cs.report_params(prog, base, data.protocols, args.params)
         with cs.Progress(args.progress, unit="grid points") as bar:
             table = sweep(data, grid, metrics, dtype=args.dtype, chunk_points=args.chunk_points,
-                          folds=args.folds, threads=args.threads, params=base, progress=bar)
+                          folds=args.folds, threads=args.threads, params=base, progress=bar,
+                          rank=args.rank)
     except (ValueError, FileNotFoundError) as exc:
         return cs.fail(prog, exc, 1)
     seconds = time.perf_counter() - start
