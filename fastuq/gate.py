@@ -296,7 +296,15 @@ def consistency_scores(candidates: Any, samples: Any) -> np.ndarray:
         cand = pc.fill_null(cand, "")
 
     usable = _usable(texts)  # [M]
-    c_num, s_num = _last_numbers(cand, texts)  # [N], [M]
+    s_num = np.full(len(texts), np.nan)
+    (c_num,) = _last_numbers(cand)  # [N]
+    ask = np.flatnonzero(usable & ~np.isnan(c_num[item]))  # a match is possible
+    if ask.size > 0.75 * len(texts):  # search them all rather than copy most of them
+        (s_num,) = _last_numbers(texts)
+    elif ask.size:
+        import pyarrow as pa
+
+        (s_num[ask],) = _last_numbers(texts.take(pa.array(ask)))
     agree = np.zeros(len(texts))
     match = usable & (s_num == c_num[item])  # NaN (no number) never matches
     agree[match] = 1.0
@@ -445,8 +453,10 @@ def _jaccard(cand, texts, item: np.ndarray, need: np.ndarray) -> np.ndarray:
     1.0 iff the normalised texts are equal."""
     import pyarrow as pa
 
-    its = item[need]
-    c_rows, c_of = np.unique(its, return_inverse=True)  # candidates involved
+    its = item[need]  # sorted: samples are in item order
+    first = np.r_[True, its[1:] != its[:-1]]
+    c_rows = its[first]  # the candidates involved, and each sample's among them
+    c_of = np.cumsum(first) - 1
     kc, fc = _tokenize(cand, c_rows)
     inter, union = _pair_counts(texts, need, kc, fc, c_of)
     out = np.divide(inter, union, out=np.zeros(need.size), where=union > 0)

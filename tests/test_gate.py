@@ -400,6 +400,22 @@ def test_consistency_scores_long_tokens_at_text_boundaries(length):
                                         for c, s in zip(candidates, samples, strict=True)])
 
 
+def test_consistency_scores_long_samples_among_short_ones():
+    """A sample of thousands of tokens in a task of short ones gets a matrix of its own
+    (wider than 2040 columns: the plain count); values as the definition's."""
+    from fastuq.gate import consistency_scores
+
+    candidates = [" ".join(f"w{i}" for i in range(3000)), "a b"]
+    samples = [[" ".join(f"w{i}" for i in range(0, 6000, 2)), "w1", "x"],
+               ["a", "b c"] + ["b  A"] * 30]
+    # {w0, w2, .., w5998} and {w0, .., w2999}: 1500 of 4500; {w1}: 1 of 3000; {x}: 0
+    want = [(1 / 3 + 1 / 3000 + 0) / 3, (1 / 2 + 1 / 3 + 30 * 1) / 32]
+    got = consistency_scores(candidates, samples)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(got, [_reference_score(c, s)
+                                        for c, s in zip(candidates, samples, strict=True)])
+
+
 def test_last_number_pattern_matches_re_findall():
     """One Polars regex search finds what re.findall's last match is, on random strings of
     digits, dots, minus signs, letters and whitespace."""
