@@ -418,7 +418,8 @@ def test_consistency_scores_long_samples_among_short_ones():
 
 def test_last_number_pattern_matches_re_findall():
     """One Polars regex search finds what re.findall's last match is, on random strings of
-    digits, dots, minus signs, letters and whitespace."""
+    digits, dots, minus signs, letters and whitespace (a few with a non-ASCII letter or
+    digit)."""
     import re
 
     import pyarrow as pa
@@ -426,8 +427,8 @@ def test_last_number_pattern_matches_re_findall():
     from fastuq.gate import NUMBER, _last_numbers
 
     rng = np.random.default_rng(11)
-    alphabet = np.array(list("0123456789.-a \n"))
-    p = np.r_[np.full(10, 0.05), 0.15, 0.1, 0.1, 0.1, 0.05]
+    alphabet = np.array(list("0123456789.-a \n\u0663\u00e9"))  # Arabic-Indic 3, e-acute
+    p = np.r_[np.full(10, 0.05), 0.15, 0.1, 0.1, 0.1, 0.05, 0.01, 0.01]
     texts = ["".join(rng.choice(alphabet, rng.integers(0, 14), p=p / p.sum()))
              for _ in range(20_000)]
     (got,) = _last_numbers(pa.array(texts, pa.large_string()))
