@@ -365,7 +365,7 @@ def _sample_lists(samples: Any):
                      or pa.types.is_string_view(t.value_type)
                      or pa.types.is_null(t.value_type))):
             raise ValueError(f"samples must be lists of strings, got Arrow type {t}")
-        lists = samples.cast(kind)
+        lists = samples  # flattened as it is (a cast of a list_view can come out invalid)
     else:
         if isinstance(samples, (str, bytes)):
             raise ValueError("samples must be a sequence of lists of strings, got one string")
@@ -378,7 +378,7 @@ def _sample_lists(samples: Any):
             lists = pa.array(samples, kind)
         except (pa.ArrowException, TypeError, ValueError) as e:
             raise ValueError(f"samples must be lists of strings (or None): {e}") from None
-    texts = pc.list_flatten(lists)
+    texts = pc.list_flatten(lists).cast(pa.large_string())
     item = pc.list_parent_indices(lists).to_numpy().astype(np.int64, copy=False)
     return texts, item, len(lists)
 

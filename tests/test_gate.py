@@ -489,8 +489,8 @@ def test_consistency_scores_same_in_any_chunking(monkeypatch):
 
 
 def test_consistency_scores_input_kinds():
-    """Lists, NumPy, Arrow (string, large_string, chunked, sliced: offsets not at 0) and
-    Polars inputs give the same scores."""
+    """Lists, NumPy, Arrow (string, large_string, string_view, list_view, chunked, sliced:
+    offsets not at 0) and Polars inputs give the same scores."""
     import polars as pl
     import pyarrow as pa
 
@@ -511,6 +511,9 @@ def test_consistency_scores_input_kinds():
         np.testing.assert_array_equal(
             consistency_scores(pa.chunked_array([c.slice(0, 3), c.slice(3)]),
                                pa.chunked_array([s.slice(0, 3), s.slice(3)])), want)
+    np.testing.assert_array_equal(
+        consistency_scores(pa.array(candidates, pa.string_view()),
+                           pa.array(samples, pa.list_view(pa.string_view()))), want)
     np.testing.assert_array_equal(
         consistency_scores(pl.Series(candidates), pl.Series(samples)), want)
     assert consistency_scores([], []).shape == (0,)
