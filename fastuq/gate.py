@@ -415,8 +415,8 @@ def _usable(texts) -> np.ndarray:
 def _last_numbers(*columns) -> list[np.ndarray]:
     """Per Arrow string column ``[M]``: float64, the last NUMBER in each text as Python's
     ``float`` reads it (NaN where there is none, or for a null). Row ranges of
-    ``_NUMBER_ROWS`` run as Polars lazy frames, ``_threads()`` of them collected together
-    (in parallel), so only that many ranges are held as Polars strings at a time."""
+    ``_NUMBER_ROWS`` run as Polars lazy frames, ``_threads()`` of them (8 at most) collected
+    together (in parallel), so only that many ranges are held as Polars strings at a time."""
     import polars as pl
 
     def frame(col, a: int) -> pl.LazyFrame:
@@ -431,7 +431,7 @@ def _last_numbers(*columns) -> list[np.ndarray]:
 
     out = [np.full(len(col), np.nan) for col in columns]
     ranges = [(i, a) for i, col in enumerate(columns) for a in range(0, len(col), _NUMBER_ROWS)]
-    step = _threads()
+    step = min(_threads(), 8)
     for b in range(0, len(ranges), step):
         batch = ranges[b:b + step]
         for (i, a), f in zip(batch, pl.collect_all([frame(columns[i], a) for i, a in batch]),
