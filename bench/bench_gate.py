@@ -3,18 +3,25 @@ self-consistency candidates against a per-item Python reference of the same defi
 
 Run from the repository root::
 
-    python bench/bench_gate.py            # N = 1e5 candidates, k = 8 samples of ~35 words
+    python bench/bench_gate.py            # N = 1e6 candidates, k = 8 samples of ~40 tokens
     python bench/bench_gate.py --quick    # N = 2e4, < 30 s
 
 Inputs: ``fastuq.synth.self_consistency.self_consistency_corpus(N, k=8, seed=0)``
-(candidates: ``final_answer``; samples: round 0 of ``texts``). Timed: the vectorized score
-over all N (median of ``--repeats`` after a warm-up), and the reference loop over the first
-``--ref-n`` items, extrapolated to N. Prints a markdown table; writes nothing.
+(candidates: ``final_answer``; samples: round 0 of ``texts``, about 35 filler words and
+"the answer is X": about 40 tokens). Timed: the vectorized score over all N (median of
+``--repeats`` wall-clock calls after a warm-up; the process CPU time of the same calls
+alongside, since the score runs on a thread pool), with all of this process's cores and with
+one (``fastuq.gate._threads`` patched); and the reference loop over the first ``--ref-n``
+items, wall-clock and CPU, **extrapolated linearly** to N (its time per item does not depend
+on N). On a machine shared with other jobs the CPU-time ratio is the steadier of the two. The scores
+of those items must equal the reference's exactly. Prints a markdown table; a full run (no
+``--quick``) also writes ``bench/results/gate.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import time
@@ -27,7 +34,8 @@ import _common as bc  # noqa: E402
 
 
 def reference(candidate: str, samples: list) -> float:
-    """The definition, item by item (as in tests/test_gate.py)."""
+    """The definition, item by item (as in tests/test_gate.py): per sample, ``re`` and
+    Python sets."""
     def norm(text):
         return re.sub(r"\s+", " ", (text or "").lower()).strip()
 
@@ -51,40 +59,92 @@ def reference(candidate: str, samples: list) -> float:
     return min(1.0, max(0.0, sum(values) / len(values))) if values else 0.0
 
 
+def _time(fn, repeats: int) -> tuple[list[float], list[float]]:
+    """Wall-clock and process-CPU seconds of ``repeats`` calls after one warm-up call."""
+    fn()
+    wall, cpu = [], []
+    for _ in range(repeats):
+        c, w = time.process_time(), time.perf_counter()
+        fn()
+        wall.append(time.perf_counter() - w)
+        cpu.append(time.process_time() - c)
+    return wall, cpu
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="N = 2e4")
-    ap.add_argument("--n", type=int, help="candidates (default 1e5)")
+    ap.add_argument("--quick", action="store_true", help="N = 2e4, no single-thread row")
+    ap.add_argument("--n", type=int, help="candidates (default 1e6)")
     ap.add_argument("--k", type=int, default=8)
+    ap.add_argument("--words", type=int, default=35, help="filler words per sample")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--ref-n", type=int, default=2000)
+    ap.add_argument("--ref-n", type=int, default=5000,
+                    help="items the reference runs on (then extrapolated to N)")
+    ap.add_argument("--single-thread", action=argparse.BooleanOptionalAction, default=None,
+                    help="also time with one thread (default: on unless --quick)")
     args = ap.parse_args()
-    n = args.n or (20_000 if args.quick else 100_000)
+    n = args.n or (20_000 if args.quick else 1_000_000)
+    single = (not args.quick) if args.single_thread is None else args.single_thread
 
-    from fastuq.gate import consistency_scores
+    import fastuq.gate as gate
     from fastuq.synth.self_consistency import self_consistency_corpus
 
-    table = self_consistency_corpus(n, k=args.k, seed=0)
+    info = bc.machine_info()
+    table = self_consistency_corpus(n, k=args.k, seed=0, words=args.words)
     cand = table.column("final_answer").combine_chunks()
     samples = table.column("texts").combine_chunks().flatten()
-    times = bc.time_calls(lambda: consistency_scores(cand, samples), args.repeats)
-    fast = bc.median(times)
-    got = consistency_scores(cand, samples)
+    del table
+    threads = gate._threads()
+    runs = {}
+    wall, cpu = _time(lambda: gate.consistency_scores(cand, samples), args.repeats)
+    runs[f"{threads} threads"] = {"threads": threads, "wall_s": wall, "cpu_s": cpu}
+    if single and threads > 1:
+        patched = gate._threads
+        gate._threads = lambda: 1
+        try:
+            wall, cpu = _time(lambda: gate.consistency_scores(cand, samples), args.repeats)
+        finally:
+            gate._threads = patched
+        runs["1 thread"] = {"threads": 1, "wall_s": wall, "cpu_s": cpu}
+    got = gate.consistency_scores(cand, samples)
     m = min(args.ref_n, n)
     c_py, s_py = cand.slice(0, m).to_pylist(), samples.slice(0, m).to_pylist()
-    start = time.perf_counter()
-    want = [reference(c, s) for c, s in zip(c_py, s_py, strict=True)]
-    ref = (time.perf_counter() - start) / m * n
-    err = float(np.max(np.abs(got[:m] - np.asarray(want))))
-    print(f"consistency gate score: N = {n:,} candidates, k = {args.k} samples of ~35 words; "
-          f"{bc.machine_info().get('cpu_model', '')}\n")
-    print(bc.markdown_table(
-        ["method", "seconds", "candidates/s", "x reference"],
-        [["per-item Python reference (extrapolated from "
-          f"{m:,})", f"{ref:.2f}", f"{n / ref:,.0f}", "1x"],
-         ["`fastuq.gate.consistency_scores` (Polars, vectorized)", f"{fast:.2f}",
-          f"{n / fast:,.0f}", f"{ref / fast:.1f}x"]]))
-    print(f"\nmax |difference| on the first {m:,}: {err:.1e}")
+    c0, start = time.process_time(), time.perf_counter()
+    want = np.array([reference(c, s) for c, s in zip(c_py, s_py, strict=True)])
+    ref_measured = time.perf_counter() - start
+    ref_cpu = (time.process_time() - c0) / m * n
+    ref = ref_measured / m * n
+    diff = float(np.max(np.abs(got[:m] - want)))
+    exact = int(np.sum(got[:m] == want))
+    load_end = list(os.getloadavg())
+
+    tokens = float(np.mean([len(re.findall(r"[a-z0-9]+", t.lower()))
+                            for s in s_py[:200] for t in s if t]))
+    print(f"consistency gate score: N = {n:,} candidates, k = {args.k} samples of "
+          f"~{tokens:.0f} tokens; {info.get('cpu_model', '')}, "
+          f"{info.get('affinity_cpus', '?')} cores; load average "
+          f"{info['loadavg_start'][0]:.2f} at start, {load_end[0]:.2f} at end\n")
+    rows = [[f"per-item Python reference (timed on {m:,} items, extrapolated)",
+             f"{ref:.2f}", f"{ref_cpu:.2f}", f"{n / ref:,.0f}", "1x", "1x"]]
+    for name, r in runs.items():
+        w, c = bc.median(r["wall_s"]), bc.median(r["cpu_s"])
+        rows.append([f"`fastuq.gate.consistency_scores`, {name}", f"{w:.2f}", f"{c:.2f}",
+                     f"{n / w:,.0f}", f"{ref / w:.0f}x", f"{ref_cpu / c:.0f}x"])
+    print(bc.markdown_table(["method", "wall s (median)", "CPU s", "candidates/s",
+                             "x reference (wall)", "x reference (CPU)"], rows,
+                            align="lrrrrr"))
+    print(f"\nscores of the first {m:,} items: {exact:,} equal to the reference's bit for "
+          f"bit, max |difference| {diff:.1e}")
+    if not args.quick:
+        bc.write_json(bc.RESULTS_DIR / "gate.json", {
+            "machine": info, "n": n, "k": args.k, "words": args.words,
+            "tokens_per_sample": tokens, "repeats": args.repeats, "runs": runs,
+            "reference": {"items_timed": m, "seconds_measured": ref_measured,
+                          "seconds_extrapolated": ref, "cpu_seconds_extrapolated": ref_cpu},
+            "max_abs_difference": diff, "exact_items": exact, "loadavg_end": load_end,
+        })
+    if diff != 0.0:
+        raise SystemExit("the scores differ from the reference")
 
 
 if __name__ == "__main__":

@@ -334,6 +334,218 @@ def test_consistency_scores_match_the_definition_on_random_texts():
     assert ((got >= 0) & (got <= 1)).all()
 
 
+def test_consistency_scores_numbers_by_hand():
+    """The last-number rule (re.findall's last match of -?\\d+(?:\\.\\d+)?, compared as
+    floats): chains of dotted runs pair up left to right, a minus belongs to the first match
+    only, digits of other scripts count, a match decides before the token sets."""
+    from fastuq.gate import consistency_scores
+
+    cases = [
+        ("x = 1.2.3", ["3"], 1.0),  # matches 1.2 and 3: last 3
+        ("v 1.2.3.4", ["3.4", "4"], (1 + 1 / 5) / 2),  # last 3.4; {4} of {v,1,2,3,4}
+        ("5-6", ["-6.0", "6"], (1 + 1 / 2) / 2),  # last -6; 6 differs: {6} of {5, 6}
+        ("x-5", ["-5", "5"], (1 + 1 / 2) / 2),  # -5; {5} of {x, 5}
+        ("-.5", ["5"], 1.0),  # "-." then 5: no sign
+        ("3.", ["3.0"], 1.0),
+        ("007", ["7"], 1.0),
+        ("1e5", ["5"], 1.0),  # "e" separates 1 and 5
+        ("1.10", ["1.1"], 1.0),
+        ("9" * 400, ["1" + "0" * 400], 1.0),  # both overflow to inf, as float() reads them
+        ("\u0663", ["3", "4"], 0.5),  # Arabic-Indic 3: float reads 3; no token, so 4 -> 0
+        ("answer 42", ["no number here"], 0.0),  # nothing shared
+    ]
+    got = consistency_scores([c for c, _, _ in cases], [s for _, s, _ in cases])
+    np.testing.assert_array_equal(got, [w for _, _, w in cases])
+    np.testing.assert_array_equal(got, [_reference_score(c, s) for c, s, _ in cases])
+
+
+def test_consistency_scores_text_rules_by_hand():
+    """Whitespace as Python's str.isspace (\\x1c-\\x1f and Unicode spaces included), case,
+    empty samples, texts without tokens, non-ASCII letters (separators, except the two that
+    lowercase to ASCII: U+0130 and the Kelvin sign), long tokens."""
+    from fastuq.gate import consistency_scores
+
+    cases = [
+        ("?", ["\x1f", " ?", "??", "\xa0?\u3000"], (1 + 0 + 1) / 3),  # token-less: equal or 0
+        ("?\x1c!", ["? !", "?!"], 0.5),  # \x1c is whitespace
+        ("Hello  World", ["hello\x1dworld", "HELLO"], (1 + 1 / 2) / 2),
+        ("a", ["\x1c\x1d\x1e\x1f", "", None, " \t\n"], 0.0),  # no usable sample
+        ("\u0130stanbul", ["i stanbul", "istanbul"], (1 + 0) / 2),  # -> "i\u0307stanbul"
+        ("\u212ax y", ["kx z"], 1 / 3),  # Kelvin sign -> "k": {kx, y} and {kx, z}
+        ("caf\u00e9 au lait", ["caf", "cafe"], (1 / 3 + 0) / 2),  # e-acute separates
+        ("\u00c9T\u00c9", ["\u00e9t\u00e9", "t"], (1 + 1) / 2),  # equal lowercased; {t}
+        ("\u03a3\u0391 \u03a3", ["\u03c3\u03b1 \u03c3", "\u03c3\u03b1 \u03c2"], 0.5),  # final sigma
+    ]
+    got = consistency_scores([c for c, _, _ in cases], [s for _, s, _ in cases])
+    np.testing.assert_allclose(got, [w for _, _, w in cases], rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(got, [_reference_score(c, s) for c, s, _ in cases])
+
+
+@pytest.mark.parametrize("length", [7, 8, 9, 15, 16, 17, 24, 63, 64, 65, 100, 300])
+def test_consistency_scores_long_tokens_at_text_boundaries(length):
+    """A token of any length gets the same id wherever it sits: alone, after another token,
+    at the end of a text followed by a text that starts with a token (its bytes lie back to
+    back with the next text's)."""
+    from fastuq.gate import consistency_scores
+
+    tok = ("abcdefghijklmnopqrstuvwxyz" * 12)[:length]  # no digit: no number
+    candidates = [f"{tok} q", tok + "Q", f"z{tok}"]
+    samples = [[tok, f"z {tok}", tok], [tok.upper(), f"{tok}q"], [f"z{tok}", tok]]
+    # {tok} of {tok, q}, {tok} of {z, tok, q}; {tok} = {tokq}: equal texts, then {tokq}
+    # vs {tokq}: 1; ztok: equal, then 0 of {ztok, tok}
+    want = [(1 / 2 + 1 / 3 + 1 / 2) / 3, (0 + 1) / 2, (1 + 0) / 2]
+    got = consistency_scores(candidates, samples)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(got, [_reference_score(c, s)
+                                        for c, s in zip(candidates, samples, strict=True)])
+
+
+def test_consistency_scores_long_samples_among_short_ones():
+    """A sample of thousands of tokens in a task of short ones gets a matrix of its own
+    (wider than 2040 columns: the plain count); values as the definition's."""
+    from fastuq.gate import consistency_scores
+
+    candidates = [" ".join(f"w{i}" for i in range(3000)), "a b"]
+    samples = [[" ".join(f"w{i}" for i in range(0, 6000, 2)), "w1", "x"],
+               ["a", "b c"] + ["b  A"] * 30]
+    # {w0, w2, .., w5998} and {w0, .., w2999}: 1500 of 4500; {w1}: 1 of 3000; {x}: 0
+    want = [(1 / 3 + 1 / 3000 + 0) / 3, (1 / 2 + 1 / 3 + 30 * 1) / 32]
+    got = consistency_scores(candidates, samples)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(got, [_reference_score(c, s)
+                                        for c, s in zip(candidates, samples, strict=True)])
+
+
+def test_last_number_pattern_matches_re_findall():
+    """One Polars regex search finds what re.findall's last match is, on random strings of
+    digits, dots, minus signs, letters and whitespace (a few with a non-ASCII letter or
+    digit)."""
+    import re
+
+    import pyarrow as pa
+
+    from fastuq.gate import NUMBER, _last_numbers
+
+    rng = np.random.default_rng(11)
+    alphabet = np.array(list("0123456789.-a \n\u0663\u00e9"))  # Arabic-Indic 3, e-acute
+    p = np.r_[np.full(10, 0.05), 0.15, 0.1, 0.1, 0.1, 0.05, 0.01, 0.01]
+    texts = ["".join(rng.choice(alphabet, rng.integers(0, 14), p=p / p.sum()))
+             for _ in range(20_000)]
+    (got,) = _last_numbers(pa.array(texts, pa.large_string()))
+    want = [float(m[-1]) if (m := re.findall(NUMBER, t)) else np.nan for t in texts]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_whitespace_is_pythons():
+    from fastuq.gate import WHITESPACE
+
+    assert set(WHITESPACE) == {c for c in map(chr, range(0x110000)) if c.isspace()}
+
+
+def test_consistency_scores_unicode_fuzz():
+    """Random texts from atoms with numbers, chains, case, Python-only whitespace, non-ASCII
+    letters and digits, long tokens, glued to each other: exactly the definition's values."""
+    from fastuq.gate import consistency_scores
+
+    rng = np.random.default_rng(12)
+    atoms = ["The", "answer", "is", "42", "-3", "2.5", "1.2.3", "Paris", "PARIS", "  ", "\n",
+             "\x1c", "\xa0", "\u3000", "=", "3.0", "007", "carefully", "Supercalifragilistic",
+             "abcdefgh", "abcdefghi", "\u0130stanbul", "\u212a", "\u039f\u0394\u039f\u03a3",
+             "\u0663", "\u0661\u0662.\u0665", "-", "-.5", ".", "5.", "-0", "!", "\u00e9",
+             "\u65e5\u672c", "1" * 20, "x2y3", "_", "\u20ac5"]
+
+    def text():
+        if rng.random() < 0.05:
+            return rng.choice(["", "   ", None, "\x1c", "?", " ?", "!!"])
+        parts = rng.choice(atoms, rng.integers(1, 9)).tolist()
+        seps = rng.choice(["", " ", ", ", "\n", "."], len(parts))
+        return "".join(a + b for a, b in zip(parts, seps, strict=True))
+
+    candidates = [text() for _ in range(1500)]
+    samples = [[text() for _ in range(rng.integers(0, 7))] if rng.random() > 0.03 else None
+               for _ in range(1500)]
+    want = [_reference_score(c, s) for c, s in zip(candidates, samples, strict=True)]
+    np.testing.assert_array_equal(consistency_scores(candidates, samples), want)
+
+
+def test_consistency_scores_same_in_any_chunking(monkeypatch):
+    """Tiny tasks (many chunks, rows split across number frames), one thread or several:
+    the same values."""
+    import fastuq.gate as gate
+    from fastuq.synth.self_consistency import self_consistency_corpus
+
+    table = self_consistency_corpus(400, k=5, seed=9)
+    cand = table.column("final_answer")
+    samples = table.column("texts").combine_chunks().flatten()
+    want = gate.consistency_scores(cand, samples)
+    monkeypatch.setattr(gate, "_CHUNK_BYTES", 300)
+    monkeypatch.setattr(gate, "_NUMBER_ROWS", 37)
+    for threads in (1, 3):
+        monkeypatch.setattr(gate, "_threads", lambda threads=threads: threads)
+        np.testing.assert_array_equal(gate.consistency_scores(cand, samples), want)
+    rows = table.to_pylist()
+    np.testing.assert_array_equal(
+        want, [_reference_score(r["final_answer"], r["texts"][0]) for r in rows])
+
+
+def test_consistency_scores_input_kinds():
+    """Lists, NumPy, Arrow (string, large_string, string_view, list_view, chunked, sliced:
+    offsets not at 0) and Polars inputs give the same scores."""
+    import polars as pl
+    import pyarrow as pa
+
+    from fastuq.gate import consistency_scores
+
+    candidates = ["a 1", None, "b c", "2", "x y z", "", "7"]
+    samples = [["a", "1"], ["q"], None, ["2.0", None, " "], [], ["?"], ["seven 7", "8"]]
+    want = [_reference_score(c, s) for c, s in zip(candidates, samples, strict=True)]
+    np.testing.assert_array_equal(consistency_scores(candidates, samples), want)
+    np.testing.assert_array_equal(
+        consistency_scores(np.array(candidates, dtype=object), samples), want)
+    for ctype, stype in ((pa.string(), pa.list_(pa.string())),
+                         (pa.large_string(), pa.large_list(pa.large_string()))):
+        c, s = pa.array(candidates, ctype), pa.array(samples, stype)
+        np.testing.assert_array_equal(consistency_scores(c, s), want)
+        np.testing.assert_array_equal(  # sliced: offset 2
+            consistency_scores(c.slice(2), s.slice(2)), want[2:])
+        np.testing.assert_array_equal(
+            consistency_scores(pa.chunked_array([c.slice(0, 3), c.slice(3)]),
+                               pa.chunked_array([s.slice(0, 3), s.slice(3)])), want)
+    np.testing.assert_array_equal(
+        consistency_scores(pa.array(candidates, pa.string_view()),
+                           pa.array(samples, pa.list_view(pa.string_view()))), want)
+    np.testing.assert_array_equal(
+        consistency_scores(pl.Series(candidates), pl.Series(samples)), want)
+    assert consistency_scores([], []).shape == (0,)
+
+
+@pytest.mark.parametrize("candidates,samples,match", [
+    (["a", "b"], [["a"]], "1 items for 2 candidates"),
+    ("abc", [["a"]], "one string"),
+    (["a", "b"], [["a"], "b"], "a string where a list belongs"),
+    ([1, 2], [["a"], ["b"]], "candidates must be strings"),
+    (["a"], [[1]], "samples must be lists of strings"),
+    (np.array([["a"]]), [["a"]], "1-D"),
+    (None, [["a"]], "candidates must be strings"),
+])
+def test_consistency_scores_bad_input(candidates, samples, match):
+    from fastuq.gate import consistency_scores
+
+    with pytest.raises(ValueError, match=match):
+        consistency_scores(candidates, samples)
+
+
+def test_consistency_scores_bad_arrow_types():
+    import pyarrow as pa
+
+    from fastuq.gate import consistency_scores
+
+    with pytest.raises(ValueError, match="candidates must be strings, got Arrow type int64"):
+        consistency_scores(pa.array([1]), [["a"]])
+    with pytest.raises(ValueError, match="samples must be lists of strings, got Arrow type"):
+        consistency_scores(["a"], pa.array([[1]]))
+
+
 def test_gate_computes_consistency_from_a_self_consistency_corpus(tmp_path, capsys):
     """A hand-written self-consistency corpus (protocol self_consistency: round 0 holds the
     k samples, final_answer the candidate): the scores are the definition's, and the gate
