@@ -10,6 +10,9 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
+import pytest
+
 
 def test_two_host_devices_give_the_same_scores_and_do_not_recompile(tmp_path):
     code = textwrap.dedent(
@@ -55,3 +58,29 @@ def test_two_host_devices_give_the_same_scores_and_do_not_recompile(tmp_path):
                          timeout=600, cwd=tmp_path, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.strip().endswith("ok")
+
+
+def test_device_choice_cpu_is_bit_identical_and_gpu_needs_a_gpu():
+    """``device="cpu"`` runs the kernel on the CPU whatever the default backend is: on a CPU
+    machine the same bits as ``"auto"``; ``"gpu"`` without a GPU is a clear error, with one
+    it gives the CPU's numbers to float32 rounding."""
+    import jax
+
+    import fastuq
+
+    rng = np.random.default_rng(5)
+    a = rng.integers(0, 4, (3, 3000)) / 3
+    h = rng.exponential(0.4, (3, 3000))
+    cpu = fastuq.sauce_batch(a, h, device="cpu", dtype="float32")["score"]
+    if jax.default_backend() == "cpu":
+        auto = fastuq.sauce_batch(a, h, dtype="float32")["score"]
+        np.testing.assert_array_equal(cpu, auto)
+    has_gpu = any(d.platform == "gpu" for d in jax.devices())
+    if has_gpu:
+        gpu = fastuq.sauce_batch(a, h, device="gpu", dtype="float32")["score"]
+        np.testing.assert_allclose(gpu, cpu, rtol=1e-5, atol=1e-6)
+    else:
+        with pytest.raises(ValueError, match="no such backend"):
+            fastuq.sauce_batch(a, h, device="gpu")
+    with pytest.raises(ValueError, match="device must be one of"):
+        fastuq.sauce_batch(a, h, device="tpu")

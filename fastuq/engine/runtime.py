@@ -12,7 +12,13 @@ from collections.abc import Iterator
 
 import numpy as np
 
-__all__ = ["bucket_size", "use_cpu_devices", "x64_scope"]
+__all__ = ["DEVICES", "bucket_size", "device_scope", "local_devices", "use_cpu_devices",
+           "x64_scope"]
+
+#: What ``device=`` / ``--device`` accept: ``"auto"`` (JAX's default backend: a GPU when
+#: there is one), ``"cpu"`` or ``"gpu"``.
+DEVICES = ("auto", "cpu", "gpu")
+_PLATFORM: list[str | None] = [None]  # the platform of device_scope (None: JAX's default)
 
 #: Smallest padded batch: below this, padding costs nothing worth saving.
 MIN_BUCKET = 1024
@@ -75,13 +81,60 @@ def x64_scope(dtype: np.dtype) -> Iterator[None]:
         yield
 
 
+def local_devices() -> list:
+    """The devices kernels run on: those of :func:`device_scope`'s platform, else of JAX's
+    default backend."""
+    import jax
+
+    platform = _PLATFORM[0]
+    return jax.local_devices(backend=platform) if platform else jax.local_devices()
+
+
+def check_device(device: str | None) -> str | None:
+    """The platform for ``device`` (``None`` for ``"auto"``/``None``); ValueError for an
+    unknown name or a platform JAX does not have (``"gpu"`` on a machine without one)."""
+    if device is None or device == "auto":
+        return None
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
+    import jax
+
+    try:
+        jax.devices(device)
+    except RuntimeError:
+        have = sorted({d.platform for d in jax.devices()})
+        raise ValueError(f"device {device!r}: JAX has no such backend here (it has "
+                         f"{', '.join(have)}); install jax with CUDA for 'gpu'") from None
+    return device
+
+
+@contextlib.contextmanager
+def device_scope(device: str | None) -> Iterator[None]:
+    """Run fastuq's kernels on ``device`` (``"cpu"``, ``"gpu"``, or ``"auto"``/``None``: JAX's
+    default backend) inside the block: batches are sharded over that platform's devices and
+    unsharded arrays placed on its first. The numbers on a CPU are the same whichever way it
+    is chosen."""
+    platform = check_device(device)
+    if platform is None:
+        yield
+        return
+    import jax
+
+    previous = _PLATFORM[0]
+    _PLATFORM[0] = platform
+    try:
+        with jax.default_device(jax.devices(platform)[0]):
+            yield
+    finally:
+        _PLATFORM[0] = previous
+
+
 def batch_sharding(n_padded: int, ndim: int, axis: int):
     """A sharding that splits the batch axis over all local devices of the default backend,
     or ``None`` when there is one device or the batch does not divide evenly."""
-    import jax
     from jax.sharding import NamedSharding, PartitionSpec
 
-    devices = jax.local_devices()
+    devices = local_devices()
     if len(devices) < 2 or n_padded % len(devices):
         return None
     mesh = _mesh(tuple(devices))
@@ -154,7 +207,7 @@ def run_bucketed(
                 part = _pad_axis(x[tuple(index)], axis, width, fill)
                 sharding = batch_sharding(width, part.ndim, axis)
                 args.append(part if sharding is None else jax.device_put(part, sharding))
-            ndev = len(jax.local_devices())
+            ndev = len(local_devices())
             if ndev > 1 and width % ndev == 0:
                 axes = tuple(None if x.ndim == 0 else axis for x, axis, _ in batched)
                 res = per_device(fn, axes, **kwargs)(*args)
@@ -190,7 +243,7 @@ def per_device(fn, axes: tuple[int | None, ...], **kwargs):
     import jax
     from jax.sharding import PartitionSpec as P
 
-    devices = tuple(jax.local_devices())
+    devices = tuple(local_devices())
     key = (fn, axes, tuple(sorted(kwargs.items())), devices)
     if key not in _PER_DEVICE:
         mesh = _mesh(devices)

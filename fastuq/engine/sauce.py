@@ -16,7 +16,7 @@ from fastuq.engine.errors import RecordError
 from fastuq.engine.inputs import validate_rounds
 from fastuq.engine.registry import SAUCE_PRESETS, get_estimator
 from fastuq.engine.registry import finite as _finite
-from fastuq.engine.runtime import run_bucketed
+from fastuq.engine.runtime import device_scope, run_bucketed
 from fastuq.io.pack import pack_ragged
 from fastuq.kernels.constants import ENTROPY_FLOOR, GAIN_EPS, VARIANCE_FLOOR
 
@@ -232,6 +232,7 @@ def sauce_batch(
     dtype: np.dtype | type | str | None = None,
     trajectory_ids: Sequence[str] | None = None,
     chunk_size: int = 1 << 20,
+    device: str | None = None,
 ) -> dict[str, np.ndarray]:
     """SAUCE for many trajectories at once.
 
@@ -254,6 +255,8 @@ def sauce_batch(
       chunk_size: the largest batch handed to the JAX kernel at once (a power of two).
         Smaller batches are padded to a power of two (at least 1024) so that the kernel
         compiles once per bucket, not once per batch size.
+      device: ``"cpu"``, ``"gpu"`` or ``"auto"``/``None`` (JAX's default backend: a GPU
+        when there is one) for the JAX kernel.
 
     Returns:
       dict of NumPy arrays in ``dtype``: ``score [N]`` (uncertainty; higher = less likely
@@ -282,8 +285,9 @@ def sauce_batch(
     if not return_trace:
         from fastuq.engine.runner import call_kernel
 
-        out = call_kernel(est, [a, h, mask], {}, params, n=n, dtype=dtype, backend=backend,
-                          chunk_size=chunk_size)
+        with device_scope(device):
+            out = call_kernel(est, [a, h, mask], {}, params, n=n, dtype=dtype,
+                              backend=backend, chunk_size=chunk_size)
         return {"score": out["sauce"]}
     # The trace is SAUCE's own (no registry contract for it): the kernel module's scan with
     # more fields.
@@ -296,7 +300,8 @@ def sauce_batch(
         raise ValueError(f"backend must be 'jax' or 'numpy', got {backend!r}")
     batched = [(a, 1, 0.0), (h, 1, 0.0), (mask, 1, False)]
     batched += [(params[k], 0, 1.0) for k in ("lam", "q", "sigma2_0", "mu_0")]
-    return run_bucketed(_trace_call, batched, n, dtype, chunk_size, fields=fields)
+    with device_scope(device):
+        return run_bucketed(_trace_call, batched, n, dtype, chunk_size, fields=fields)
 
 
 def _trace_call(a, h, mask, lam, q, sigma2_0, mu_0, *, fields):
