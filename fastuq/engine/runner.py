@@ -96,6 +96,15 @@ def run_estimator(
       protocol: the preset for every trajectory (default: each record's ``protocol``; read
         only when a parameter comes from a preset).
     """
+    inputs, optional, values = _prepare(est, batch, params, protocol)
+    return call_kernel(est, inputs, optional, values, n=batch.n, dtype=batch.dtype,
+                       backend=backend)
+
+
+def _prepare(est: Estimator, batch: Batch, params: Mapping[str, object],
+             protocol: str | None) -> tuple[list, dict, dict[str, np.ndarray]]:
+    """``est``'s packed (checked) inputs, optional inputs and per-trajectory kernel
+    parameters for ``batch``."""
     packing = est.packing(params)
     ctx = Context(batch, packing, est.inputs)
     inputs = [INPUTS[name].build(ctx) for name in est.inputs]
@@ -105,8 +114,7 @@ def run_estimator(
     if est.presets and any(v is None or isinstance(v, Mapping) for v in overrides.values()):
         protos = batch.protocol(protocol)
     values = est.param_values(batch.n, protos, overrides, batch.dtype, batch.labels)
-    return call_kernel(est, inputs, optional, values, n=batch.n, dtype=batch.dtype,
-                       backend=backend)
+    return inputs, optional, values
 
 
 def run_estimator_rounds(
@@ -124,15 +132,7 @@ def run_estimator_rounds(
     Args:
       output: which output column (default: the estimator's first, its score).
     """
-    packing = est.packing(params)
-    ctx = Context(batch, packing, est.inputs)
-    inputs = [INPUTS[name].build(ctx) for name in est.inputs]
-    optional = {name: INPUTS[name].build(ctx) for name in est.optional_inputs}
-    overrides = {p.name: params.get(p.name) for p in est.kernel_params}
-    protos = None
-    if est.presets and any(v is None or isinstance(v, Mapping) for v in overrides.values()):
-        protos = batch.protocol(protocol)
-    values = est.param_values(batch.n, protos, overrides, batch.dtype, batch.labels)
+    inputs, optional, values = _prepare(est, batch, params, protocol)
     column = output or est.outputs[0]
     if column not in est.outputs:
         raise ValueError(f"estimator {est.name!r} has no output {column!r}; it writes "
