@@ -84,3 +84,22 @@ def test_device_choice_cpu_is_bit_identical_and_gpu_needs_a_gpu():
             fastuq.sauce_batch(a, h, device="gpu")
     with pytest.raises(ValueError, match="device must be one of"):
         fastuq.sauce_batch(a, h, device="tpu")
+
+
+def test_cli_device_option(tmp_path, capsys):
+    import jax
+    import pyarrow.parquet as pq
+
+    from fastuq.cli import main, sample_corpus_path
+
+    auto, cpu = tmp_path / "auto.parquet", tmp_path / "cpu.parquet"
+    assert main(["score", str(sample_corpus_path()), "-o", str(auto), "--no-progress"]) == 0
+    assert main(["score", str(sample_corpus_path()), "-o", str(cpu), "--no-progress",
+                 "--device", "cpu"]) == 0
+    if jax.default_backend() == "cpu":
+        assert pq.read_table(cpu).equals(pq.read_table(auto))
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        gpu = tmp_path / "gpu.parquet"
+        assert main(["score", str(sample_corpus_path()), "-o", str(gpu), "--device",
+                     "gpu"]) == 2
+        assert "no such backend" in capsys.readouterr().err and not gpu.exists()

@@ -75,7 +75,22 @@ def main(argv: list[str] | None = None) -> int:
     from fastuq.io.writers import remove_temporaries_on_sigterm
 
     remove_temporaries_on_sigterm()  # a killed run leaves no temporary file behind
-    return importlib.import_module(COMMANDS[args.command]).run(args)
+    run = importlib.import_module(COMMANDS[args.command]).run
+    device = getattr(args, "device", "auto")
+    if device == "auto":  # no JAX import here (fastuq --help and import stay light)
+        return run(args)
+    from fastuq.engine.runtime import device_scope
+
+    try:
+        scope = device_scope(device)
+        scope.__enter__()
+    except ValueError as exc:
+        print(f"fastuq {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return run(args)
+    finally:
+        scope.__exit__(None, None, None)
 
 
 if __name__ == "__main__":

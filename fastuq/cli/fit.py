@@ -34,6 +34,7 @@ def add_parser(sub) -> None:
     sp.add_argument("--seed", type=int, default=0)
     cs.add_protocol(sp)
     cs.add_dtype(sp, "float32")
+    cs.add_device(sp)
     cs.add_options(sp)
 
 

@@ -93,6 +93,16 @@ def add_backend(p: argparse.ArgumentParser, default: str | None,
     """Add ``--backend {jax,numpy}`` (the default listed first)."""
     p.add_argument("--backend", choices=_default_first(("jax", "numpy"), default),
                    default=default, help=help)
+    add_device(p)
+
+
+def add_device(p: argparse.ArgumentParser) -> None:
+    """Add ``--device {auto,cpu,gpu}``: where the JAX kernels run (read by
+    :func:`fastuq.cli.main`, which runs the command inside
+    :func:`fastuq.engine.runtime.device_scope`)."""
+    p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
+                   help="where the JAX kernels run: auto (default: JAX's default backend, a "
+                        "GPU when there is one), cpu or gpu")
 
 
 def add_noise(p: argparse.ArgumentParser) -> None:

@@ -43,6 +43,7 @@ def add_parser(sub) -> None:
     sp.add_argument("--chunk-points", type=int,
                     help="grid points scored per block (bounds memory; default 2**24 // N)")
     sp.add_argument("--threads", type=int, help="host threads ranking scores (default: cores)")
+    cs.add_device(sp)
     sp.add_argument("--rank", choices=("auto", "host", "device"), default="auto",
                     help="rank the scores on the host or where they were computed (auto, "
                          "default: the device when it is a GPU, float32 and no --folds)")
