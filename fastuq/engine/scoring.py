@@ -18,7 +18,13 @@ from fastuq.engine.errors import RecordError, TooManySkipped
 from fastuq.engine.inputs import INPUTS, columns_for
 from fastuq.engine.registry import ESTIMATORS, check_params, get_estimator
 from fastuq.engine.runner import run_estimator
-from fastuq.io.writers import AtomicParquetWriter, atomic_write_text, check_outputs
+from fastuq.io.arrow_lists import combined
+from fastuq.io.writers import (
+    AtomicParquetWriter,
+    BackgroundWriter,
+    atomic_write_text,
+    check_outputs,
+)
 
 __all__ = ["ScoreReport", "available_methods", "iter_scores", "score", "score_file"]
 
@@ -183,6 +189,13 @@ class _SeenIds:
     written once per chunk and read only on a hash match), so a match is verified against
     the stored id: two different ids that share a hash (probability about N**2 / 2**65)
     are not mistaken for a duplicate, and a duplicate names the row of its first occurrence.
+
+    Sorted corpora (the usual layout: ids written in increasing order) take a shortcut:
+    while every id so far is non-null and greater than the one before it, no id can repeat
+    an earlier one, so a chunk is checked by comparing its ids with their neighbours and
+    its first id with the last one seen, and no hash is computed or held (the ids are only
+    spilled). The first chunk that breaks the order builds the index from the spilled ids,
+    as it would have been, and the check goes on as above.
     """
 
     def __init__(self) -> None:
@@ -194,6 +207,9 @@ class _SeenIds:
         self._data = self._offsets = None
         self._nbytes = 0
         self._count = 0
+        self._ascending = True  # every id so far non-null and increasing: nothing indexed
+        self._last: str | None = None  # the last id added while ascending
+        self._pending_ascending: pa.Array | None = None  # ids repeats() found ascending
 
     def _spill(self) -> None:
         import tempfile
@@ -225,11 +241,29 @@ class _SeenIds:
         self._data.seek(start)
         return self._data.read(end - start).decode("utf-8")
 
+    def _continues(self, ids: pa.Array) -> bool:
+        """Whether ``ids`` keeps the corpus ascending: non-null, each greater than the one
+        before it, the first greater than the last id seen (UTF-8 byte order, which is code
+        point order, as Python compares strings)."""
+        n = len(ids)
+        if ids.null_count:
+            return False
+        if n > 1 and not pc.all(pc.greater(ids.slice(1), ids.slice(0, n - 1))).as_py():
+            return False
+        return self._last is None or not n or str(ids[0].as_py()) > self._last
+
     def repeats(self, ids: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         """``(repeat [n] bool, first [n] int64)``: which ids (non-null) were seen in an
         earlier chunk, and the corpus row of each one's first occurrence (-1 elsewhere).
         The hashes are kept for :meth:`add`."""
         n = len(ids)
+        self._pending_ascending = None
+        if self._ascending:
+            if self._continues(ids):
+                self._pending = None
+                self._pending_ascending = ids
+                return np.zeros(n, bool), np.full(n, -1, np.int64)
+            self._build()
         h = self._hash(ids)
         order = np.argsort(h)
         self._pending = (h, order)
@@ -318,6 +352,20 @@ class _SeenIds:
         """Record ``ids`` (corpus rows ``row0, row0 + 1, ...``; null ids are not kept);
         reuses the hashes of the last :meth:`repeats` call on the same ids."""
         n = len(ids)
+        ascending = self._pending_ascending is ids
+        self._pending_ascending = None
+        if self._ascending and not ascending and n:
+            if self._continues(ids):
+                ascending = True
+            else:
+                self._build()
+        if ascending:
+            self._pending = None
+            if n:
+                self._chunks.append((row0, source, source_row0))
+                self._store(ids, n)
+                self._last = str(ids[n - 1].as_py())
+            return
         if self._pending is not None and len(self._pending[0]) == n:
             h, order = self._pending
         else:
@@ -327,13 +375,48 @@ class _SeenIds:
         if not n:
             return
         self._chunks.append((row0, source, source_row0))
+        self._store(ids, n)
+        self._index(ids, h, order, row0)
+
+    def _build(self) -> None:
+        """Leave the ascending shortcut: index every id spilled so far, chunk by chunk, as
+        :meth:`add` would have."""
+        self._ascending = False
+        self._last = None
+        if not self._count:
+            return
+        self._data.flush()
+        self._offsets.flush()
+        self._offsets.seek(0)
+        ends = np.frombuffer(self._offsets.read(8 * self._count), np.int64)
+        starts = [c[0] for c in self._chunks] + [self._count]
+        for a, b in zip(starts[:-1], starts[1:], strict=True):
+            lo = int(ends[a - 1]) if a else 0
+            self._data.seek(lo)
+            data = self._data.read(int(ends[b - 1]) - lo)
+            offs = np.concatenate([[0], ends[a:b] - lo]).astype(np.int64)
+            ids = pa.LargeStringArray.from_buffers(b - a, pa.py_buffer(offs.tobytes()),
+                                                   pa.py_buffer(data))
+            h = self._hash(ids)
+            self._index(ids, h, np.argsort(h), a)
+
+    def _index(self, ids: pa.Array, h: np.ndarray, order: np.ndarray, row0: int) -> None:
+        """Hold the hashes ``h`` of ``ids`` (``order`` sorts them), corpus rows from
+        ``row0``."""
+        n = len(ids)
         valid = ids.is_valid().to_numpy(zero_copy_only=False)
         order = order[valid[order]]
         row_dtype = np.uint32 if row0 + n <= np.iinfo(np.uint32).max else np.int64
         run = (h[order], (order + row0).astype(row_dtype))
+        self._hold(run)
+        while self._runs and len(self._runs[-1][0]) <= len(run[0]):
+            run = self._merge(self._runs.pop(), run)
+        self._runs.append(run)
+
+    def _store(self, ids: pa.Array, n: int) -> None:
+        """Spill ``ids`` (UTF-8 bytes + end offsets, one per corpus row, nulls as empty)."""
         if self._data is None:
             self._spill()
-        # spill the ids (UTF-8 bytes + end offsets, one per corpus row, nulls as empty)
         text = ids.cast(pa.large_string())
         offs = np.frombuffer(text.buffers()[1], np.int64)[text.offset: text.offset + n + 1]
         data = text.buffers()[2]
@@ -344,10 +427,6 @@ class _SeenIds:
         self._offsets.write((offs[1:] - offs[0] + self._nbytes).astype(np.int64).tobytes())
         self._nbytes += int(offs[-1] - offs[0])
         self._count += n
-        self._hold(run)
-        while self._runs and len(self._runs[-1][0]) <= len(run[0]):
-            run = self._merge(self._runs.pop(), run)
-        self._runs.append(run)
 
     @staticmethod
     def _hash(ids: pa.Array) -> np.ndarray:
@@ -507,7 +586,7 @@ def check_chunk(table: pa.Table, source: str, rows: np.ndarray,
         problems = Problems(table, source, rows=rows, first_only=False)
         table = conform(table, source=source, problems=problems)
         problems.table = table
-    ids = table.column("trajectory_id").combine_chunks()
+    ids = combined(table.column("trajectory_id"))
     repeats(problems, ids)
     validate(table, source=source, problems=problems)
     return table, problems, ids
@@ -684,7 +763,7 @@ def iter_scores(
                 table = chunk.table
                 rows = np.arange(chunk.source_row0, chunk.source_row0 + table.num_rows)
             if not skip:
-                ids = table.column("trajectory_id").combine_chunks()
+                ids = combined(table.column("trajectory_id"))
                 repeat, first = seen.repeats(ids)
                 if repeat.any():
                     k = int(np.argmax(repeat))
@@ -847,7 +926,7 @@ def score_file(
                 report.methods = tuple(scores)
                 schema = pa.schema([("trajectory_id", pa.string())]
                                    + [(m, pa.float64()) for m in scores])
-                writer = AtomicParquetWriter(output, schema)
+                writer = BackgroundWriter(_score_writer(output, schema))
             writer.write(pa.table({"trajectory_id": batch.ids.cast(pa.string()), **scores},
                                   schema=schema))
             report.n_rows += batch.n
@@ -888,7 +967,7 @@ def score_file(
             report.methods = tuple(names)
             schema = pa.schema([("trajectory_id", pa.string())]
                                + [(m, pa.float64()) for m in names])
-            writer = AtomicParquetWriter(output, schema)
+            writer = _score_writer(output, schema)
         writer.close()
     except BaseException:
         if writer is not None:
@@ -904,6 +983,16 @@ def score_file(
         if kept_protocol and sum(map(len, kept_protocol)) == report.n_rows:
             report.protocol = np.concatenate(kept_protocol)
     return report
+
+
+def _score_writer(output: Path, schema: pa.Schema) -> AtomicParquetWriter:
+    """The scores' Parquet writer. No dictionary encoding (ids are unique, scores nearly so:
+    a dictionary is built and then abandoned) and no statistics for the id column (min/max
+    over every id string): together a third of the time of the default settings, and a
+    smaller file."""
+    return AtomicParquetWriter(output, schema, use_dictionary=False,
+                               write_statistics=[n for n in schema.names
+                                                 if n != "trajectory_id"])
 
 
 def _skip_lines(skipped: list[Skipped]) -> str:

@@ -390,8 +390,11 @@ def validate(table: pa.Table, *, source: str | None = None, row0: int = 0,
     if ids.null_count:
         problems.add(ids.is_null().to_numpy(zero_copy_only=False), "trajectory_id",
                      lambda i: "null id")
-    if n > 1 and pc.all(pc.greater(ids.slice(1), ids.slice(0, n - 1))).as_py():
+    if n > 1 and not ids.null_count and pc.all(
+            pc.greater(ids.slice(1), ids.slice(0, n - 1))).as_py():
         pass  # strictly increasing ids (the usual layout) are unique: no hashing needed
+        # (only without nulls: a comparison with a null is skipped, so ``a, null, a``
+        # would pass)
     elif len((enc := pc.dictionary_encode(ids)).dictionary) < n - (ids.null_count > 0):
         # dictionary codes number the distinct ids in order of first appearance
         codes = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
