@@ -203,6 +203,8 @@ def _thread_kind() -> str:
     name = threading.current_thread().name
     if threading.current_thread() is threading.main_thread():
         return "main"
+    if "prepare" in name:
+        return "prepare"
     if "prefetch" in name or "read" in name:
         return "reader"
     if "writ" in name:
@@ -266,6 +268,8 @@ def instrument(clock: StageClock) -> None:
     clock.patch(writers.AtomicParquetWriter, "write", "write")
     clock.patch(writers.AtomicParquetWriter, "close", "write")
     clock.patch(scoring, "_prefetch", "wait", "gen")
+    if hasattr(runtime, "tune_allocator"):  # as the fastuq command does
+        runtime.tune_allocator()
     for name in ("_pack_chunk", "_score_chunk"):  # hooks of later versions, where present
         if hasattr(scoring, name):
             pass
@@ -305,7 +309,7 @@ def _serialise(clock: StageClock) -> None:
 
 
 def _inline(name: str):
-    def prefetch(iterator, depth: int = 1):
+    def prefetch(iterator, depth: int = 1, name: str = ""):
         yield from iterator
 
     return prefetch
@@ -396,6 +400,10 @@ def worker_e2e(spec: dict[str, Any]) -> dict[str, Any]:
     fastuq.use_cpu_devices(spec["devices"])
     import pyarrow.parquet as pq
 
+    import fastuq.engine.runtime as runtime
+
+    if hasattr(runtime, "tune_allocator"):  # as the fastuq command does
+        runtime.tune_allocator()
     configs = spec["configs"]
     times: dict[str, list[float]] = {c["name"]: [] for c in configs}
     digests: dict[str, list[str]] = {c["name"]: [] for c in configs}
@@ -477,7 +485,7 @@ WORKERS = {"stages": worker_stages, "e2e": worker_e2e}
 
 def stage_table(res: dict[str, Any]) -> str:
     n = res["n"]
-    threads = ["main", "reader", "writer", "other threads"]
+    threads = ["main", "reader", "prepare", "writer", "other threads"]
     present = [t for t in threads if any(t in v for v in res["totals"].values())]
     head = ["stage", *[f"{t} ms" for t in present], "ms / 1e6 (all threads)",
             "CPU ms / 1e6"]

@@ -18,7 +18,8 @@ from fastuq.engine.inputs import INPUTS, Context
 from fastuq.engine.registry import Estimator, get_estimator
 from fastuq.engine.runtime import run_bucketed
 
-__all__ = ["call_kernel", "outputs_of", "run_estimator", "run_estimator_rounds"]
+__all__ = ["call_kernel", "outputs_of", "prepare_estimator", "run_estimator",
+           "run_estimator_rounds"]
 
 #: Padding of a per-trajectory parameter array in a chunk's unused slots (inside every
 #: built-in estimator's bounds; padded slots have no valid round or node anyway).
@@ -96,6 +97,18 @@ def run_estimator(
       protocol: the preset for every trajectory (default: each record's ``protocol``; read
         only when a parameter comes from a preset).
     """
+    inputs, optional, values = prepare_estimator(est, batch, params=params, protocol=protocol)
+    return call_kernel(est, inputs, optional, values, n=batch.n, dtype=batch.dtype,
+                       backend=backend)
+
+
+def prepare_estimator(
+    est: Estimator, batch: Batch, *, params: Mapping[str, object], protocol: str | None,
+) -> tuple[list[np.ndarray], dict[str, np.ndarray | None], dict[str, np.ndarray]]:
+    """Everything :func:`run_estimator` does before the kernel: ``(inputs, optional,
+    values)``, the packed and checked inputs and the kernel parameters, for
+    :func:`call_kernel` (so that a pipeline can prepare one chunk while the kernel runs on
+    the one before). Raises what the checks raise."""
     packing = est.packing(params)
     ctx = Context(batch, packing, est.inputs)
     inputs = [INPUTS[name].build(ctx) for name in est.inputs]
@@ -105,8 +118,7 @@ def run_estimator(
     if est.presets and any(v is None or isinstance(v, Mapping) for v in overrides.values()):
         protos = batch.protocol(protocol)
     values = est.param_values(batch.n, protos, overrides, batch.dtype, batch.labels)
-    return call_kernel(est, inputs, optional, values, n=batch.n, dtype=batch.dtype,
-                       backend=backend)
+    return inputs, optional, values
 
 
 def run_estimator_rounds(

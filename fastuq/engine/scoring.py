@@ -123,11 +123,13 @@ def _columns_for(
     methods: str | Sequence[str], params: Mapping[str, object], source=None,
     check: str = "corpus",
 ) -> list[str] | None:
-    """Columns to read for ``methods`` with ``params`` (``None``: all, for ``"all"``); with
-    ``check="corpus"`` also the node columns every record is checked against."""
+    """Columns to read for ``methods`` with ``params`` (for ``"all"``: what any registered
+    estimator reads); with ``check="corpus"`` also the node columns every record is checked
+    against. Columns no method reads (the per-token ``token_logprobs``, ``texts``, ...) are
+    not read, under ``"all"`` either: they can be most of a corpus's bytes."""
     methods = _method_list(methods)
     if "all" in methods:
-        return None
+        methods = list(ESTIMATORS)
     cols = set(_ALWAYS)
     if check == "corpus":
         cols.update(_CHECKED_NODE_COLUMNS)
@@ -152,7 +154,8 @@ def left_out_methods(batch: Batch) -> dict[str, str]:
     return out
 
 
-def _resolve_methods(methods: str | Sequence[str], batch: Batch) -> tuple[str, ...]:
+def _resolve_methods(methods: str | Sequence[str], batch: Batch,
+                     params: Mapping[str, object] | None = None) -> tuple[str, ...]:
     methods = _method_list(methods)
     if methods == ["all"]:
         found = available_methods(batch)
@@ -161,9 +164,12 @@ def _resolve_methods(methods: str | Sequence[str], batch: Batch) -> tuple[str, .
         return found
     for m in methods:
         est = get_estimator(m)
-        missing = _missing(est, batch)
+        # the inputs as the given packing parameters build them (umas with
+        # confidence=neg_entropy reads node entropy, not seq_logprob)
+        missing = _missing(est, batch, params)
         if missing:
-            missing = list(dict.fromkeys(INPUTS[i].needs_text(est.packing({})) for i in missing))
+            missing = list(dict.fromkeys(INPUTS[i].needs_text(est.packing(params or {}))
+                                         for i in missing))
             raise ValueError(
                 f"{batch.source or 'corpus'}: {m} needs {', '.join(missing)}, which the corpus "
                 "lacks" + ("; pass --observation-noise R to run SAUCE on agreement alone"
@@ -435,12 +441,14 @@ class _SeenIds:
         return pl.Series(ids).hash(seed=0).to_numpy()
 
 
-def _prefetch(iterator: Iterator, depth: int = 1) -> Iterator:
+def _prefetch(iterator: Iterator, depth: int = 1, name: str = "fastuq-reader") -> Iterator:
     """Items of ``iterator``, produced by a background thread up to ``depth`` items ahead.
 
     Reading and decoding (Arrow, Parquet, JSON: C++ that releases the GIL) of the next chunk
     then overlaps with packing and scoring of the current one, on the other core. Memory grows
-    by ``depth`` chunks. An exception in the producer is raised here, in order.
+    by ``depth`` chunks. An exception in the producer is raised here, in order. When the
+    consumer stops, the thread stops after its current item and closes ``iterator`` (so a
+    prefetch inside it stops too).
     """
     import queue
     import threading
@@ -464,7 +472,18 @@ def _prefetch(iterator: Iterator, depth: int = 1) -> Iterator:
         except BaseException as exc:  # handed to the consumer
             items.put(("error", exc))
 
-    thread = threading.Thread(target=produce, name="fastuq-prefetch", daemon=True)
+    def run() -> None:
+        try:
+            produce()
+        finally:
+            close = getattr(iterator, "close", None)
+            if close is not None:  # a generator: its own cleanup (an inner prefetch) now
+                try:
+                    close()
+                except BaseException:  # noqa: BLE001 - the consumer has gone
+                    pass
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
     thread.start()
     try:
         while True:
@@ -525,7 +544,7 @@ def _resolve_once(resolved, methods, batch: Batch, params, observation_noise,
     would otherwise be ignored: parameters no method takes, and an observation noise on a
     corpus that has token entropy (or for methods that do not read it)."""
     if resolved is None:
-        resolved = _resolve_methods(methods, batch)
+        resolved = _resolve_methods(methods, batch, params)
         if _method_list(methods) == ["all"]:
             check_params(params, resolved)
             if info is not None:
@@ -748,39 +767,94 @@ def iter_scores(
     else:
         reader = iter_chunks(source, columns=[], optional_columns=columns,
                              chunk_rows=chunk_rows, validate=not skip, conform=not skip)
-    resolved: tuple[str, ...] | None = None
+    kept = None  # the columns scoring needs; the others were read to be checked only
+    if columns is not None and check == "corpus":
+        kept = _columns_for(methods, params, source, "used")
+        kept = set(kept) | set(extra_columns) | {"trajectory_id"}
+        if kept >= set(columns):
+            kept = None
     seen = _SeenIds()
     kw = dict(methods=methods, protocol=protocol, params=params, dtype=dtype,
               observation_noise=observation_noise, math=math, processes=processes, info=info)
     if skip:
-        reader = (_structural_problems(chunk, seen) for chunk in reader)
+        stream = _prefetch(_structural_problems(chunk, seen) for chunk in reader)
+    else:
+        if kept is not None:
+            reader = (_keep_columns(chunk, kept) for chunk in reader)
+        stream = _prefetch(_prepared(_prefetch(reader), seen, backend=backend, **kw),
+                           name="fastuq-prepare")
+    resolved: tuple[str, ...] | None = None
     try:
-        for item in _prefetch(reader):
-            if skip:
-                chunk, table, problems = item
-            else:
-                chunk = item
-                table = chunk.table
-                rows = np.arange(chunk.source_row0, chunk.source_row0 + table.num_rows)
+        for item in stream:
             if not skip:
-                ids = combined(table.column("trajectory_id"))
-                repeat, first = seen.repeats(ids)
-                if repeat.any():
-                    k = int(np.argmax(repeat))
-                    raise RecordError(
-                        f"{chunk.source}: row {int(rows[k])}: field trajectory_id: duplicate "
-                        f"id {ids[k].as_py()!r} (first at {seen.where(int(first[k]))})", row=k)
-                seen.add(ids, chunk.row0, chunk.source, chunk.source_row0)
-                batch, resolved, scores = _score_table(table, chunk, rows, resolved,
-                                                       backend=backend, **kw)
-                yield batch, scores
+                batch, plans = item
+                yield batch, _run_plans(batch, plans, backend)
                 continue
+            chunk, table, problems = item
             done, resolved = score_checked_chunk(chunk, table, problems, resolved, skipped,
                                                  backend=backend, **kw)
             if done is not None:
                 yield done
     finally:
+        stream.close()  # stops the pipeline's threads before the id index goes
         seen.close()
+
+
+def _keep_columns(chunk, kept: set[str]):
+    """``chunk`` without the columns that were read only to be checked (run on the reader
+    thread, after the checks, so that they do not wait in the queues)."""
+    table = chunk.table
+    if all(c in kept for c in table.column_names):
+        return chunk
+    return chunk._replace(table=table.select([c for c in table.column_names if c in kept]))
+
+
+def _prepared(chunks: Iterator, seen: _SeenIds, *, methods, protocol, params, dtype,
+              backend, observation_noise, math, processes, info) -> Iterator:
+    """``(batch, plans)`` per chunk, in order: the id check against earlier chunks, the
+    batch, the methods (resolved on the first chunk) and, for each, its packed and checked
+    inputs and parameters (:func:`~fastuq.engine.runner.prepare_estimator`). Everything a
+    chunk needs before its kernels, so that it runs on a thread of its own while the
+    kernels score the chunk before (whole-array NumPy and Arrow work, which releases the
+    GIL). The first problem raises, as the kernels' order would: ids, then each method's
+    inputs in method order."""
+    from fastuq.engine.runner import prepare_estimator
+
+    resolved: tuple[str, ...] | None = None
+    for chunk in chunks:
+        table = chunk.table
+        rows = np.arange(chunk.source_row0, chunk.source_row0 + table.num_rows)
+        ids = combined(table.column("trajectory_id"))
+        repeat, first = seen.repeats(ids)
+        if repeat.any():
+            k = int(np.argmax(repeat))
+            raise RecordError(
+                f"{chunk.source}: row {int(rows[k])}: field trajectory_id: duplicate "
+                f"id {ids[k].as_py()!r} (first at {seen.where(int(first[k]))})", row=k)
+        seen.add(ids, chunk.row0, chunk.source, chunk.source_row0)
+        batch = _make_batch(table, chunk, rows, dtype=dtype,
+                            observation_noise=observation_noise, math=math,
+                            processes=processes)
+        resolved = _resolve_once(resolved, methods, batch, params, observation_noise, info)
+        plans = []
+        for m in resolved:
+            est = get_estimator(m)
+            own = {k: v for k, v in params.items() if k in est.param_names}
+            plans.append((est, prepare_estimator(est, batch, params=own, protocol=protocol)))
+        yield batch, plans
+
+
+def _run_plans(batch: Batch, plans: list, backend: str) -> dict[str, np.ndarray]:
+    """The kernels of prepared estimators: ``{output column: [N] float64}``."""
+    from fastuq.engine.runner import call_kernel
+
+    scores = {}
+    for est, (inputs, optional, values) in plans:
+        out = call_kernel(est, inputs, optional, values, n=batch.n, dtype=batch.dtype,
+                          backend=backend)
+        for column, v in out.items():
+            scores[column] = np.asarray(v, np.float64)
+    return scores
 
 
 def score(

@@ -321,6 +321,10 @@ def _float_values(levels: Sequence[_Level], names: _Names, what: str) -> np.ndar
     return v
 
 
+#: Tokens per block of :func:`_token_entropy` (k x 16,384 float64 rows stay in cache).
+_TOKEN_BLOCK = 1 << 14
+
+
 def _token_entropy(v: np.ndarray, tok: _Level, levels: Sequence[_Level], names: _Names,
                    what: str) -> np.ndarray:
     """``[tokens]`` entropy of the renormalised top-k of each token (all tokens non-empty)."""
@@ -330,34 +334,44 @@ def _token_entropy(v: np.ndarray, tok: _Level, levels: Sequence[_Level], names: 
     k = int(tok.lengths[0])
     uniform = bool((tok.lengths == k).all())
     if uniform:
-        # one k for every token (the usual case): a [k, tokens] matrix, so that every step is
-        # a whole-row operation and sums run over the k alternatives in order
-        grid = np.ascontiguousarray(v.reshape(n_tok, k).T, dtype=np.float64)
-        top = grid.max(axis=0)
-    else:
-        v = v.astype(np.float64, copy=False)
-        top = np.maximum.reduceat(v, tok.start)
+        # one k for every token (the usual case): blocks of [k, tokens] matrices, so that
+        # every step is a whole-row operation on cache-sized rows and sums run over the k
+        # alternatives in order (each token's numbers do not depend on the blocking)
+        neginf = bool(np.isneginf(v).any())
+        h = np.empty(n_tok, np.float64)
+        grid_v = v.reshape(n_tok, k)
+        for a in range(0, n_tok, _TOKEN_BLOCK):
+            b = min(n_tok, a + _TOKEN_BLOCK)
+            grid = np.ascontiguousarray(grid_v[a:b].T, dtype=np.float64)
+            top = grid.max(axis=0)
+            inf = ~np.isfinite(top)
+            if inf.any():
+                t = a + int(np.argmax(inf))
+                raise RecordError(f"{_where(levels[:3], t, names)}: {what}: the token has no "
+                                  f"finite log-probability", row=_record(levels[:3], t))
+            grid -= top  # log weights, <= 0
+            w = np.exp(grid)
+            norm = w[0].copy()
+            for j in range(1, k):
+                norm += w[j]
+            grid -= np.log(norm)  # log p
+            w /= norm  # p
+            with np.errstate(invalid="ignore"):
+                grid *= w  # p log p (NaN where p = 0 from a -inf log-prob)
+            if neginf:
+                grid[w == 0.0] = 0.0
+            out = h[a:b]
+            np.negative(grid[0], out=out)
+            for j in range(1, k):
+                out -= grid[j]
+        return h
+    v = v.astype(np.float64, copy=False)
+    top = np.maximum.reduceat(v, tok.start)
     inf = ~np.isfinite(top)
     if inf.any():
         t = int(np.argmax(inf))
         raise RecordError(f"{_where(levels[:3], t, names)}: {what}: the token has no finite "
                          f"log-probability", row=_record(levels[:3], t))
-    if uniform:
-        grid -= top  # log weights, <= 0
-        w = np.exp(grid)
-        norm = w[0].copy()
-        for j in range(1, k):
-            norm += w[j]
-        grid -= np.log(norm)  # log p
-        w /= norm  # p
-        with np.errstate(invalid="ignore"):
-            grid *= w  # p log p (NaN where p = 0 from a -inf log-prob)
-        if np.isneginf(v).any():
-            grid[w == 0.0] = 0.0
-        h = -grid[0]
-        for j in range(1, k):
-            h -= grid[j]
-        return h
     p = v - np.repeat(top, tok.lengths)
     np.exp(p, out=p)
     p /= np.repeat(np.add.reduceat(p, tok.start), tok.lengths)
