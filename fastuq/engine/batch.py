@@ -181,7 +181,7 @@ class Batch:
             rounds = pc.list_flatten(answers)
             flat = pc.list_flatten(rounds)
             enc = pc.dictionary_encode(flat.cast(pa.string()))
-            codes = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+            codes = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False)  # int32
 
             def group() -> np.ndarray:  # the round of every slot (math-verify checks only)
                 slots, _ = list_lengths(rounds)

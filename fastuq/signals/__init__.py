@@ -141,8 +141,15 @@ def _modal_counts(cls: np.ndarray, vote: np.ndarray, rnd: _Level, n_rounds: int)
         # Slot-major [width, rounds] so every slot's row is contiguous; counts in uint8
         # (width <= _PAIRWISE_MAX_SLOTS < 256), so adding a comparison needs no int64 copy.
         code_t = np.int32 if cls.size == 0 or cls.max() < np.iinfo(np.int32).max else np.int64
-        grid = np.full((width, n_rounds), -1, code_t)
-        grid[rnd.ramp(), rnd.parent] = np.where(vote, cls, -1)
+        masked = np.where(vote, cls, -1).astype(code_t, copy=False)
+        if int(slots.min()) == width:  # every round has `width` slots: a reshape
+            grid = np.ascontiguousarray(masked.reshape(n_rounds, width).T)
+        else:  # round r's slots at r * width + k, then one transposed copy
+            by_round = np.full((n_rounds, width), -1, code_t)
+            shift = np.arange(n_rounds, dtype=np.int64) * width - rnd.start
+            where = np.arange(masked.size, dtype=np.int64) + np.repeat(shift, slots)
+            by_round.reshape(-1)[where] = masked
+            grid = np.ascontiguousarray(by_round.T)
         best = np.zeros(n_rounds, np.uint8)
         count = np.empty(n_rounds, np.uint8)
         eq = np.empty(n_rounds, bool)
@@ -240,7 +247,12 @@ def agreement_from_answers(
             or pa.types.is_string_view(vals.type) or pa.types.is_null(vals.type)):
         vals = vals.cast(pa.string())
     present = vals.is_valid().to_numpy(zero_copy_only=False)
-    if len(vals) and not pa.types.is_null(vals.type):
+    if len(vals) and (pa.types.is_string(vals.type) or pa.types.is_large_string(vals.type)):
+        width = 4 if pa.types.is_string(vals.type) else 8  # non-empty, from the offsets
+        offs = np.frombuffer(vals.buffers()[1], np.int32 if width == 4 else np.int64,
+                             count=len(vals) + 1, offset=vals.offset * width)
+        present &= np.diff(offs) > 0
+    elif len(vals) and not pa.types.is_null(vals.type):
         present &= pc.binary_length(vals).fill_null(0).to_numpy(zero_copy_only=False) > 0
     if classes is None:
         if pa.types.is_null(vals.type):
@@ -255,7 +267,7 @@ def agreement_from_answers(
                              f"got shape {cls.shape}")
         if cls.dtype.kind not in "iu":
             raise ValueError(f"classes must hold integers, got dtype {cls.dtype}")
-        cls = cls.astype(np.int64)
+        cls = cls.astype(np.int64, copy=False)
     vote = present & (cls >= 0)
     best = _modal_counts(cls, vote, rnd, n_rounds)
     with np.errstate(divide="ignore", invalid="ignore"):
