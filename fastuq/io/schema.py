@@ -418,12 +418,17 @@ def validate(table: pa.Table, *, source: str | None = None, row0: int = 0,
     for name in NODE_COLUMNS:
         if name in table.column_names:
             nodes[name] = _Node(_combined(table.column(name)))
+    fits: list[_Node] = []  # node columns found within n_agents
     for name, nd in nodes.items():
         if n_agents is None:
             continue
+        if any(np.array_equal(nd.rounds, f.rounds) and np.array_equal(nd.slots, f.slots)
+               for f in fits):
+            continue  # the same rounds and slots as a column that fits (the usual case)
         rec = _parents(nd.rounds)
         over = nd.slots > n_agents[rec]
         if not over.any():
+            fits.append(nd)
             continue
         first_over = np.full(n, -1, np.int64)
         r_idx = np.flatnonzero(over)[::-1]
