@@ -720,6 +720,7 @@ def iter_scores(
     info: dict | None = None,
     check: str = "corpus",
     extra_columns: Sequence[str] = (),
+    batch_columns: Sequence[str] | None = None,
 ) -> Iterator[tuple[Batch, dict[str, np.ndarray]]]:
     """Score ``source`` chunk by chunk: yields ``(batch, {method: scores [n]})`` in order.
 
@@ -750,6 +751,10 @@ def iter_scores(
         node columns that the methods do not use; measured in bench/README.md).
       extra_columns: further columns to read into each batch when the corpus has them (for
         callers that need more than the methods read, such as ``reference`` for replay).
+      batch_columns: the columns each yielded batch keeps (besides ``trajectory_id``; its
+        packed inputs stay cached); default all that were read. Fewer bound the memory of
+        the chunks waiting between the pipeline's stages (a top-k column is hundreds of MB
+        per chunk). With ``on_error="skip"`` every column is kept.
     """
     from fastuq.io.readers import iter_chunks
 
@@ -781,7 +786,8 @@ def iter_scores(
     else:
         if kept is not None:
             reader = (_keep_columns(chunk, kept) for chunk in reader)
-        stream = _prefetch(_prepared(_prefetch(reader), seen, backend=backend, **kw),
+        stream = _prefetch(_prepared(_prefetch(reader), seen, backend=backend,
+                                     batch_columns=batch_columns, **kw),
                            name="fastuq-prepare")
     resolved: tuple[str, ...] | None = None
     try:
@@ -810,7 +816,8 @@ def _keep_columns(chunk, kept: set[str]):
 
 
 def _prepared(chunks: Iterator, seen: _SeenIds, *, methods, protocol, params, dtype,
-              backend, observation_noise, math, processes, info) -> Iterator:
+              backend, observation_noise, math, processes, info,
+              batch_columns: Sequence[str] | None = None) -> Iterator:
     """``(batch, plans)`` per chunk, in order: the id check against earlier chunks, the
     batch, the methods (resolved on the first chunk) and, for each, its packed and checked
     inputs and parameters (:func:`~fastuq.engine.runner.prepare_estimator`). Everything a
@@ -841,6 +848,9 @@ def _prepared(chunks: Iterator, seen: _SeenIds, *, methods, protocol, params, dt
             est = get_estimator(m)
             own = {k: v for k, v in params.items() if k in est.param_names}
             plans.append((est, prepare_estimator(est, batch, params=own, protocol=protocol)))
+        if batch_columns is not None:
+            keep = {"trajectory_id", *batch_columns}
+            batch.table = table.select([c for c in table.column_names if c in keep])
         yield batch, plans
 
 
@@ -994,7 +1004,7 @@ def score_file(
             input, methods=methods, protocol=protocol, params=params, dtype=dtype,
             backend=backend, chunk_rows=chunk_rows, observation_noise=observation_noise,
             on_error=on_error, skipped=skipped, math=math, processes=processes, info=info,
-            check=check,
+            check=check, batch_columns=("protocol", "correct"),
         ):
             if writer is None:
                 report.methods = tuple(scores)

@@ -326,11 +326,29 @@ def _float_values(levels: Sequence[_Level], names: _Names, what: str) -> np.ndar
         v = vals.to_numpy(zero_copy_only=False)  # float32 stays float32 until used
     else:
         v = vals.cast(pa.float64()).to_numpy(zero_copy_only=False)
-    if not (v <= 0.0).all():  # one pass catches NaN and positive values
-        k = int(np.argmax(~(v <= 0.0)))
+    k = _first_not_le0(v)  # one test catches NaN and positive values
+    if k >= 0:
         raise RecordError(f"{_where(levels, k, names)}: {what}: log-probabilities must be <= 0 "
                          f"and not NaN, got {v[k]}", row=_record(levels, k))
     return v
+
+
+#: Values per block of the whole-column tests below (their temporaries stay small: a top-k
+#: chunk holds ~10^8 log-probabilities).
+_VALUE_BLOCK = 1 << 20
+
+
+def _first_not_le0(v: np.ndarray) -> int:
+    """Index of the first value of ``v`` that is not <= 0 (NaN or positive), else -1."""
+    for a in range(0, v.size, _VALUE_BLOCK):
+        ok = v[a:a + _VALUE_BLOCK] <= 0.0
+        if not ok.all():
+            return a + int(np.argmax(~ok))
+    return -1
+
+
+def _any_neginf(v: np.ndarray) -> bool:
+    return any(np.isneginf(v[a:a + _VALUE_BLOCK]).any() for a in range(0, v.size, _VALUE_BLOCK))
 
 
 #: Tokens per block of :func:`_token_entropy` (k x 16,384 float64 rows stay in cache).
@@ -349,7 +367,7 @@ def _token_entropy(v: np.ndarray, tok: _Level, levels: Sequence[_Level], names: 
         # one k for every token (the usual case): blocks of [k, tokens] matrices, so that
         # every step is a whole-row operation on cache-sized rows and sums run over the k
         # alternatives in order (each token's numbers do not depend on the blocking)
-        neginf = bool(np.isneginf(v).any())
+        neginf = _any_neginf(v)
         h = np.empty(n_tok, np.float64)
         grid_v = v.reshape(n_tok, k)
         for a in range(0, n_tok, _TOKEN_BLOCK):
