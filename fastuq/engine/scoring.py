@@ -92,15 +92,17 @@ def _method_list(methods: str | Sequence[str]) -> list[str]:
     return items
 
 
-def _available_columns(source) -> set[str] | None:
+def _available_columns(source, candidates: Sequence[str] | None = None) -> set[str] | None:
     """Column names the source has (``None``: unknown), to choose between a column and the
-    columns it can be derived from. Files are probed by reading their first record; frames
-    and readers are asked for their schema, so a one-shot reader is never consumed."""
+    columns it can be derived from. Files are probed by reading their first record (of the
+    ``candidates`` only, when given: the answer is then about those); frames and readers
+    are asked for their schema, so a one-shot reader is never consumed."""
     if isinstance(source, (str, os.PathLike, list, tuple)):
         from fastuq.io.readers import iter_chunks
 
+        kw = {} if candidates is None else {"columns": [], "optional_columns": candidates}
         try:
-            first = next(iter_chunks(source, chunk_rows=1, validate=False), None)
+            first = next(iter_chunks(source, chunk_rows=1, validate=False, **kw), None)
         except (ValueError, OSError):
             return None
         if first is None:
@@ -135,9 +137,12 @@ def _columns_for(
         cols.update(_CHECKED_NODE_COLUMNS)
     wanted = [(get_estimator(m), get_estimator(m).packing(params)) for m in methods]
     have: set[str] | None = set()
-    if source is not None and any(INPUTS[i].fallbacks(packing) for est, packing in wanted
-                                  for i in (*est.inputs, *est.optional_inputs)):
-        have = _available_columns(source)  # derive an input only where its column is absent
+    derived = [INPUTS[i].columns(packing)[0] for est, packing in wanted
+               for i in (*est.inputs, *est.optional_inputs)
+               if INPUTS[i].fallbacks(packing) and INPUTS[i].columns(packing)]
+    if source is not None and derived:
+        # derive an input only where its column is absent (only those columns are probed)
+        have = _available_columns(source, sorted(set(derived)))
     for est, packing in wanted:
         cols |= columns_for((*est.inputs, *est.optional_inputs), packing, have)
     return sorted(cols)
