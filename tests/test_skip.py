@@ -213,6 +213,35 @@ def test_seen_ids_exact_even_when_every_hash_collides(monkeypatch, bits):
             seen.close()
 
 
+@pytest.mark.parametrize("bits", [64, 3])
+def test_seen_ids_sorted_then_unsorted(monkeypatch, bits):
+    """The shortcut for ascending ids (nothing hashed while every id is greater than the
+    last) hands over to the index, built from the spilled ids, at the first chunk out of
+    order: repeats of ids from the ascending part are found, naming their first row."""
+    from fastuq.engine.scoring import _SeenIds
+
+    if bits < 64:
+        real = _SeenIds._hash
+        monkeypatch.setattr(_SeenIds, "_hash", staticmethod(
+            lambda ids: real(ids) & np.uint64((1 << bits) - 1)))
+    rng = np.random.default_rng(11)
+    head = [f"id{k:05d}" for k in range(0, 900, 3)]  # ascending, 300 ids
+    tail = [f"id{k:05d}" for k in rng.integers(0, 1200, 300)]  # repeats among them
+    for ids in (head + tail, head + head[::-1], head + ["zz"] + head[:5]):
+        for chunk in (64, 7, 300):
+            seen = _SeenIds()
+            try:
+                assert _feed(seen, ids, chunk) == _reference_repeats(ids, chunk)
+            finally:
+                seen.close()
+    seen = _SeenIds()  # ascending throughout: nothing indexed
+    try:
+        assert _feed(seen, head, 64) == {}
+        assert not seen._runs
+    finally:
+        seen.close()
+
+
 def test_seen_ids_holds_14_to_16_bytes_per_trajectory():
     from fastuq.engine.scoring import _SeenIds
 

@@ -355,9 +355,14 @@ def vote_classes(
     Returns:
       ``[S]`` int64 class ids, -1 for slots that cannot vote.
     """
-    codes = np.asarray(codes, np.int64)
+    codes = np.asarray(codes)
+    if codes.dtype.kind not in "iu":
+        codes = codes.astype(np.int64)
     base = answer_classes(list(names))  # per distinct string
-    cls = np.where(codes >= 0, base[np.maximum(codes, 0)] if len(base) else -1, -1)
+    if codes.size and int(codes.min()) >= -1:  # one gather: code -1 takes the appended -1
+        cls = np.append(base, np.int64(-1))[codes]
+    else:
+        cls = np.where(codes >= 0, base[np.maximum(codes, 0)] if len(base) else -1, -1)
     if not math or not (cls >= 0).any():
         return cls
     group = np.asarray(group() if callable(group) else group, np.int64)

@@ -120,7 +120,7 @@ def _option_problem(args: argparse.Namespace) -> str | None:
 def run(args: argparse.Namespace) -> int:
     """Run ``fastuq score``; returns the exit status."""
     from fastuq.cli import sample_corpus_path
-    from fastuq.engine.runtime import use_cpu_devices
+    from fastuq.engine.runtime import tune_allocator, use_cpu_devices
     from fastuq.engine.scoring import ProgressBar, _method_list, score_file
     from fastuq.io.writers import OutputError, cli_check_outputs
 
@@ -149,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
         return rc
     if args.backend == "jax":
         use_cpu_devices(args.cpu_devices, strict=False)
+    tune_allocator()
     try:
         sauce, per_protocol = cs.sauce_overrides(args)
     except (ValueError, FileNotFoundError) as exc:

@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 from fastuq.engine.errors import RecordError
+from fastuq.io.arrow_lists import combined
 from fastuq.io.pack import pack_lists, pack_nodes
 
 __all__ = ["Batch"]
@@ -72,7 +73,7 @@ class Batch:
         self.math = math
         self.processes = processes
         self.n = table.num_rows
-        self.ids = table.column("trajectory_id").combine_chunks()
+        self.ids = combined(table.column("trajectory_id"))
         if rows is None:
             rows = np.arange(row0, row0 + self.n)
         self.labels = _Labels(self.ids, source, rows)
@@ -124,7 +125,7 @@ class Batch:
     def column(self, name: str) -> pa.Array:
         if name not in self.table.column_names:
             raise ValueError(f"{self.source or 'corpus'}: no {name} column")
-        return self.table.column(name).combine_chunks()
+        return combined(self.table.column(name))
 
     def protocol(self, override: str | None = None) -> str | pa.Array:
         """The protocol of every trajectory: ``override``, else the ``protocol`` column (an
@@ -180,7 +181,7 @@ class Batch:
             rounds = pc.list_flatten(answers)
             flat = pc.list_flatten(rounds)
             enc = pc.dictionary_encode(flat.cast(pa.string()))
-            codes = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+            codes = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False)  # int32
 
             def group() -> np.ndarray:  # the round of every slot (math-verify checks only)
                 slots, _ = list_lengths(rounds)

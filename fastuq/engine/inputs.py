@@ -117,19 +117,28 @@ def _name(ids: Sequence[str] | None, n: int) -> str:
 
 
 def validate_rounds(
-    a: np.ndarray, h: np.ndarray | None, mask: np.ndarray, ids: Sequence[str] | None
+    a: np.ndarray, h: np.ndarray | None, mask: np.ndarray, ids: Sequence[str] | None,
+    *, agreement: bool = True,
 ) -> None:
     """Check per-round signals ``[T, N]`` at executed rounds: every trajectory has a round,
     agreement is finite and in [0, 1], token entropy (unless ``h`` is None) finite and >= 0.
+    ``agreement=False``: the first two were checked already (only ``h`` is looked at).
 
     Raises:
       RecordError: naming the first bad (trajectory, round, field), in trajectory order.
     """
-    empty = ~mask.any(axis=0)
-    if empty.any():
-        n = int(np.argmax(empty))
-        raise RecordError(f"{_name(ids, n)}: no executed round (field agreement)", row=n)
-    with np.errstate(invalid="ignore"):
+    if agreement:
+        empty = ~mask.any(axis=0)
+        if empty.any():
+            n = int(np.argmax(empty))
+            raise RecordError(f"{_name(ids, n)}: no executed round (field agreement)", row=n)
+    with np.errstate(invalid="ignore"):  # one test per signal (NaN fails every comparison)
+        fine = not agreement or not (mask & ~((a >= 0) & (a <= 1))).any()
+        if fine and h is not None:
+            fine = not (mask & ~((h >= 0) & (h < np.inf))).any()
+    if fine:
+        return
+    with np.errstate(invalid="ignore"):  # find the first bad value, for the message
         checks = (
             ("agreement", ~np.isfinite(a), "is missing or not finite"),
             ("agreement", (a < 0) | (a > 1), "is outside [0, 1]"),
@@ -176,10 +185,14 @@ def _first_bad(batch: Batch, bad: np.ndarray, field: str, what: str, values: np.
 
 
 def _check_empty(batch: Batch, mask: np.ndarray, field: str) -> None:
+    key = ("empty", field, id(mask))  # the masks are the batch's own cached arrays
+    if key in _checked(batch):
+        return
     empty = ~mask.reshape(mask.shape[0], mask.shape[1], -1).any(axis=(0, 2))
     if empty.any():
         n = int(np.argmax(empty))
         raise RecordError(f"trajectory {batch.labels[n]}: no valid node (field {field})", row=n)
+    _checked(batch).add(key)
 
 
 def node_confidence(batch: Batch, kind: str = "msp") -> tuple[np.ndarray, np.ndarray]:
@@ -194,26 +207,40 @@ def node_confidence(batch: Batch, kind: str = "msp") -> tuple[np.ndarray, np.nda
 
     if kind not in CONFIDENCES:
         raise ValueError(f"confidence must be one of {CONFIDENCES}, got {kind!r}")
+    done = _checked(batch)
     if kind == "neg_entropy":
         h, mask, _ = batch.nodes("node_entropy")
-        with np.errstate(invalid="ignore"):
-            bad = mask & ~(np.isfinite(h) & (h >= 0))
-        if bad.any():
-            _first_bad(batch, bad, "node_entropy", "is missing, negative or not finite", h)
+        if "node_entropy" not in done:
+            with np.errstate(invalid="ignore"):
+                bad = mask & ~(np.isfinite(h) & (h >= 0))
+            if bad.any():
+                _first_bad(batch, bad, "node_entropy", "is missing, negative or not finite", h)
+            done.add("node_entropy")
         return -h, mask
     lp, mask, _ = batch.nodes("seq_logprob")
-    with np.errstate(invalid="ignore"):
-        bad = mask & ~(np.isfinite(lp) & (lp <= 0))
-    if bad.any():
-        _first_bad(batch, bad, "seq_logprob", "is not a finite log-probability <= 0", lp)
+    if "seq_logprob" not in done:
+        with np.errstate(invalid="ignore"):
+            bad = mask & ~(np.isfinite(lp) & (lp <= 0))
+        if bad.any():
+            _first_bad(batch, bad, "seq_logprob", "is not a finite log-probability <= 0", lp)
+        done.add("seq_logprob")
     if kind == "msp":
         return lp, mask
-    ntok, tok_mask, _ = batch.nodes("n_tokens")
-    bad = mask & ~(tok_mask & (ntok >= 1))
-    if bad.any():
-        _first_bad(batch, bad, "n_tokens", "is missing or below 1", ntok)
+    ntok = _check_n_tokens(batch, mask)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(mask, lp / np.where(mask, ntok, 1), 0), mask
+
+
+def _check_n_tokens(batch: Batch, mask: np.ndarray) -> np.ndarray:
+    """``n_tokens [T, N, A]``, checked >= 1 wherever ``mask`` (the valid seq_logprob nodes)."""
+    ntok, tok_mask, _ = batch.nodes("n_tokens")
+    done = _checked(batch)
+    if "n_tokens" not in done:
+        bad = mask & ~(tok_mask & (ntok >= 1))
+        if bad.any():
+            _first_bad(batch, bad, "n_tokens", "is missing or below 1", ntok)
+        done.add("n_tokens")
+    return ntok
 
 
 def vote_team_sizes(batch: Batch, agreement: np.ndarray,
@@ -245,17 +272,28 @@ def vote_team_sizes(batch: Batch, agreement: np.ndarray,
 # ------------------------------------------------------------------------------ builders
 
 
+def _checked(batch: Batch) -> set:
+    """What has been checked in ``batch`` already (each check runs once per chunk, however
+    many estimators read the input)."""
+    return batch._cache.setdefault("checked", set())
+
+
 def _agreement(ctx: Context) -> np.ndarray:
     a, mask = ctx.batch.rounds("agreement")
-    validate_rounds(a, None, mask, ctx.batch.labels)
+    if "agreement" not in _checked(ctx.batch):
+        validate_rounds(a, None, mask, ctx.batch.labels)
+        _checked(ctx.batch).add("agreement")
     return a
 
 
 def _token_entropy(ctx: Context) -> np.ndarray:
     a, mask = ctx.batch.rounds("agreement")
     h, mask_h = ctx.batch.rounds("token_entropy")
-    _same_rounds(ctx.batch, mask, mask_h, "token_entropy")
-    validate_rounds(a, h, mask, ctx.batch.labels)
+    done = _checked(ctx.batch)
+    if "token_entropy" not in done:
+        _same_rounds(ctx.batch, mask, mask_h, "token_entropy")
+        validate_rounds(a, h, mask, ctx.batch.labels, agreement="agreement" not in done)
+        done.update(("agreement", "token_entropy"))
     return h
 
 
@@ -281,8 +319,8 @@ def _seq_logprob(ctx: Context) -> np.ndarray:
 
 
 def _n_tokens(ctx: Context) -> np.ndarray:
-    node_confidence(ctx.batch, "mean_logprob")  # checks n_tokens where seq_logprob is valid
-    return ctx.batch.nodes("n_tokens")[0]
+    _, mask = node_confidence(ctx.batch, "msp")  # checks seq_logprob
+    return _check_n_tokens(ctx.batch, mask)  # then n_tokens where seq_logprob is valid
 
 
 def _node_entropy(ctx: Context) -> np.ndarray:

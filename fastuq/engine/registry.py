@@ -270,7 +270,15 @@ class Estimator:
             elif inverse is None:
                 v = np.asarray(resolved[0][p.name], np.float64)
             else:
-                v = np.asarray([r[p.name] for r in resolved], np.float64)[inverse]
+                # one value per distinct protocol, checked there (each one occurs: the
+                # names are the chunk's distinct protocols), then gathered to [N] in dtype
+                table = np.asarray([r[p.name] for r in resolved], np.float64)
+                if not np.isfinite(table).all():
+                    raise ValueError(f"{p.name} must be finite")
+                if not p.inside(table).all():
+                    raise ValueError(f"{p.name} must be {p.describe()}")
+                out[p.name] = table.astype(dtype)[inverse]
+                continue
             if v.ndim:
                 try:
                     v = np.ascontiguousarray(np.broadcast_to(v, (n,)))
@@ -282,8 +290,8 @@ class Estimator:
                 raise ValueError(f"{p.name} must be finite")
             if not p.inside(v).all():
                 raise ValueError(f"{p.name} must be {p.describe()}")
-            out[p.name] = v
-        return {k: v.astype(dtype) for k, v in out.items()}
+            out[p.name] = v.astype(dtype)
+        return out
 
 
 def _encode(values, n: int) -> tuple[list[str], np.ndarray]:
@@ -295,7 +303,7 @@ def _encode(values, n: int) -> tuple[list[str], np.ndarray]:
     from fastuq.engine.errors import RecordError
 
     if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
+        values = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
     if not isinstance(values, pa.Array):
         values = np.asarray(values)
         if values.dtype.kind not in "OUS":

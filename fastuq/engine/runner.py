@@ -18,7 +18,8 @@ from fastuq.engine.inputs import INPUTS, Context
 from fastuq.engine.registry import Estimator, get_estimator
 from fastuq.engine.runtime import run_bucketed
 
-__all__ = ["call_kernel", "outputs_of", "run_estimator", "run_estimator_rounds"]
+__all__ = ["call_kernel", "outputs_of", "prepare_estimator", "run_estimator",
+           "run_estimator_rounds"]
 
 #: Padding of a per-trajectory parameter array in a chunk's unused slots (inside every
 #: built-in estimator's bounds; padded slots have no valid round or node anyway).
@@ -96,15 +97,18 @@ def run_estimator(
       protocol: the preset for every trajectory (default: each record's ``protocol``; read
         only when a parameter comes from a preset).
     """
-    inputs, optional, values = _prepare(est, batch, params, protocol)
+    inputs, optional, values = prepare_estimator(est, batch, params=params, protocol=protocol)
     return call_kernel(est, inputs, optional, values, n=batch.n, dtype=batch.dtype,
                        backend=backend)
 
 
-def _prepare(est: Estimator, batch: Batch, params: Mapping[str, object],
-             protocol: str | None) -> tuple[list, dict, dict[str, np.ndarray]]:
-    """``est``'s packed (checked) inputs, optional inputs and per-trajectory kernel
-    parameters for ``batch``."""
+def prepare_estimator(
+    est: Estimator, batch: Batch, *, params: Mapping[str, object], protocol: str | None,
+) -> tuple[list[np.ndarray], dict[str, np.ndarray | None], dict[str, np.ndarray]]:
+    """Everything :func:`run_estimator` does before the kernel: ``(inputs, optional,
+    values)``, the packed and checked inputs and the kernel parameters, for
+    :func:`call_kernel` (so that a pipeline can prepare one chunk while the kernel runs on
+    the one before). Raises what the checks raise."""
     packing = est.packing(params)
     ctx = Context(batch, packing, est.inputs)
     inputs = [INPUTS[name].build(ctx) for name in est.inputs]
@@ -132,7 +136,7 @@ def run_estimator_rounds(
     Args:
       output: which output column (default: the estimator's first, its score).
     """
-    inputs, optional, values = _prepare(est, batch, params, protocol)
+    inputs, optional, values = prepare_estimator(est, batch, params=params, protocol=protocol)
     column = output or est.outputs[0]
     if column not in est.outputs:
         raise ValueError(f"estimator {est.name!r} has no output {column!r}; it writes "

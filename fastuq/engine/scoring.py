@@ -18,7 +18,13 @@ from fastuq.engine.errors import RecordError, TooManySkipped
 from fastuq.engine.inputs import INPUTS, columns_for
 from fastuq.engine.registry import ESTIMATORS, check_params, get_estimator
 from fastuq.engine.runner import run_estimator
-from fastuq.io.writers import AtomicParquetWriter, atomic_write_text, check_outputs
+from fastuq.io.arrow_lists import combined
+from fastuq.io.writers import (
+    AtomicParquetWriter,
+    BackgroundWriter,
+    atomic_write_text,
+    check_outputs,
+)
 
 __all__ = ["ScoreReport", "available_methods", "iter_scores", "score", "score_file"]
 
@@ -86,15 +92,17 @@ def _method_list(methods: str | Sequence[str]) -> list[str]:
     return items
 
 
-def _available_columns(source) -> set[str] | None:
+def _available_columns(source, candidates: Sequence[str] | None = None) -> set[str] | None:
     """Column names the source has (``None``: unknown), to choose between a column and the
-    columns it can be derived from. Files are probed by reading their first record; frames
-    and readers are asked for their schema, so a one-shot reader is never consumed."""
+    columns it can be derived from. Files are probed by reading their first record (of the
+    ``candidates`` only, when given: the answer is then about those); frames and readers
+    are asked for their schema, so a one-shot reader is never consumed."""
     if isinstance(source, (str, os.PathLike, list, tuple)):
         from fastuq.io.readers import iter_chunks
 
+        kw = {} if candidates is None else {"columns": [], "optional_columns": candidates}
         try:
-            first = next(iter_chunks(source, chunk_rows=1, validate=False), None)
+            first = next(iter_chunks(source, chunk_rows=1, validate=False, **kw), None)
         except (ValueError, OSError):
             return None
         if first is None:
@@ -117,19 +125,24 @@ def _columns_for(
     methods: str | Sequence[str], params: Mapping[str, object], source=None,
     check: str = "corpus",
 ) -> list[str] | None:
-    """Columns to read for ``methods`` with ``params`` (``None``: all, for ``"all"``); with
-    ``check="corpus"`` also the node columns every record is checked against."""
+    """Columns to read for ``methods`` with ``params`` (for ``"all"``: what any registered
+    estimator reads); with ``check="corpus"`` also the node columns every record is checked
+    against. Columns no method reads (the per-token ``token_logprobs``, ``texts``, ...) are
+    not read, under ``"all"`` either: they can be most of a corpus's bytes."""
     methods = _method_list(methods)
     if "all" in methods:
-        return None
+        methods = list(ESTIMATORS)
     cols = set(_ALWAYS)
     if check == "corpus":
         cols.update(_CHECKED_NODE_COLUMNS)
     wanted = [(get_estimator(m), get_estimator(m).packing(params)) for m in methods]
     have: set[str] | None = set()
-    if source is not None and any(INPUTS[i].fallbacks(packing) for est, packing in wanted
-                                  for i in (*est.inputs, *est.optional_inputs)):
-        have = _available_columns(source)  # derive an input only where its column is absent
+    derived = [INPUTS[i].columns(packing)[0] for est, packing in wanted
+               for i in (*est.inputs, *est.optional_inputs)
+               if INPUTS[i].fallbacks(packing) and INPUTS[i].columns(packing)]
+    if source is not None and derived:
+        # derive an input only where its column is absent (only those columns are probed)
+        have = _available_columns(source, sorted(set(derived)))
     for est, packing in wanted:
         cols |= columns_for((*est.inputs, *est.optional_inputs), packing, have)
     return sorted(cols)
@@ -146,7 +159,8 @@ def left_out_methods(batch: Batch) -> dict[str, str]:
     return out
 
 
-def _resolve_methods(methods: str | Sequence[str], batch: Batch) -> tuple[str, ...]:
+def _resolve_methods(methods: str | Sequence[str], batch: Batch,
+                     params: Mapping[str, object] | None = None) -> tuple[str, ...]:
     methods = _method_list(methods)
     if methods == ["all"]:
         found = available_methods(batch)
@@ -155,9 +169,12 @@ def _resolve_methods(methods: str | Sequence[str], batch: Batch) -> tuple[str, .
         return found
     for m in methods:
         est = get_estimator(m)
-        missing = _missing(est, batch)
+        # the inputs as the given packing parameters build them (umas with
+        # confidence=neg_entropy reads node entropy, not seq_logprob)
+        missing = _missing(est, batch, params)
         if missing:
-            missing = list(dict.fromkeys(INPUTS[i].needs_text(est.packing({})) for i in missing))
+            missing = list(dict.fromkeys(INPUTS[i].needs_text(est.packing(params or {}))
+                                         for i in missing))
             raise ValueError(
                 f"{batch.source or 'corpus'}: {m} needs {', '.join(missing)}, which the corpus "
                 "lacks" + ("; pass --observation-noise R to run SAUCE on agreement alone"
@@ -183,6 +200,13 @@ class _SeenIds:
     written once per chunk and read only on a hash match), so a match is verified against
     the stored id: two different ids that share a hash (probability about N**2 / 2**65)
     are not mistaken for a duplicate, and a duplicate names the row of its first occurrence.
+
+    Sorted corpora (the usual layout: ids written in increasing order) take a shortcut:
+    while every id so far is non-null and greater than the one before it, no id can repeat
+    an earlier one, so a chunk is checked by comparing its ids with their neighbours and
+    its first id with the last one seen, and no hash is computed or held (the ids are only
+    spilled). The first chunk that breaks the order builds the index from the spilled ids,
+    as it would have been, and the check goes on as above.
     """
 
     def __init__(self) -> None:
@@ -194,6 +218,9 @@ class _SeenIds:
         self._data = self._offsets = None
         self._nbytes = 0
         self._count = 0
+        self._ascending = True  # every id so far non-null and increasing: nothing indexed
+        self._last: str | None = None  # the last id added while ascending
+        self._pending_ascending: pa.Array | None = None  # ids repeats() found ascending
 
     def _spill(self) -> None:
         import tempfile
@@ -225,11 +252,29 @@ class _SeenIds:
         self._data.seek(start)
         return self._data.read(end - start).decode("utf-8")
 
+    def _continues(self, ids: pa.Array) -> bool:
+        """Whether ``ids`` keeps the corpus ascending: non-null, each greater than the one
+        before it, the first greater than the last id seen (UTF-8 byte order, which is code
+        point order, as Python compares strings)."""
+        n = len(ids)
+        if ids.null_count:
+            return False
+        if n > 1 and not pc.all(pc.greater(ids.slice(1), ids.slice(0, n - 1))).as_py():
+            return False
+        return self._last is None or not n or str(ids[0].as_py()) > self._last
+
     def repeats(self, ids: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         """``(repeat [n] bool, first [n] int64)``: which ids (non-null) were seen in an
         earlier chunk, and the corpus row of each one's first occurrence (-1 elsewhere).
         The hashes are kept for :meth:`add`."""
         n = len(ids)
+        self._pending_ascending = None
+        if self._ascending:
+            if self._continues(ids):
+                self._pending = None
+                self._pending_ascending = ids
+                return np.zeros(n, bool), np.full(n, -1, np.int64)
+            self._build()
         h = self._hash(ids)
         order = np.argsort(h)
         self._pending = (h, order)
@@ -318,6 +363,20 @@ class _SeenIds:
         """Record ``ids`` (corpus rows ``row0, row0 + 1, ...``; null ids are not kept);
         reuses the hashes of the last :meth:`repeats` call on the same ids."""
         n = len(ids)
+        ascending = self._pending_ascending is ids
+        self._pending_ascending = None
+        if self._ascending and not ascending and n:
+            if self._continues(ids):
+                ascending = True
+            else:
+                self._build()
+        if ascending:
+            self._pending = None
+            if n:
+                self._chunks.append((row0, source, source_row0))
+                self._store(ids, n)
+                self._last = str(ids[n - 1].as_py())
+            return
         if self._pending is not None and len(self._pending[0]) == n:
             h, order = self._pending
         else:
@@ -327,13 +386,48 @@ class _SeenIds:
         if not n:
             return
         self._chunks.append((row0, source, source_row0))
+        self._store(ids, n)
+        self._index(ids, h, order, row0)
+
+    def _build(self) -> None:
+        """Leave the ascending shortcut: index every id spilled so far, chunk by chunk, as
+        :meth:`add` would have."""
+        self._ascending = False
+        self._last = None
+        if not self._count:
+            return
+        self._data.flush()
+        self._offsets.flush()
+        self._offsets.seek(0)
+        ends = np.frombuffer(self._offsets.read(8 * self._count), np.int64)
+        starts = [c[0] for c in self._chunks] + [self._count]
+        for a, b in zip(starts[:-1], starts[1:], strict=True):
+            lo = int(ends[a - 1]) if a else 0
+            self._data.seek(lo)
+            data = self._data.read(int(ends[b - 1]) - lo)
+            offs = np.concatenate([[0], ends[a:b] - lo]).astype(np.int64)
+            ids = pa.LargeStringArray.from_buffers(b - a, pa.py_buffer(offs.tobytes()),
+                                                   pa.py_buffer(data))
+            h = self._hash(ids)
+            self._index(ids, h, np.argsort(h), a)
+
+    def _index(self, ids: pa.Array, h: np.ndarray, order: np.ndarray, row0: int) -> None:
+        """Hold the hashes ``h`` of ``ids`` (``order`` sorts them), corpus rows from
+        ``row0``."""
+        n = len(ids)
         valid = ids.is_valid().to_numpy(zero_copy_only=False)
         order = order[valid[order]]
         row_dtype = np.uint32 if row0 + n <= np.iinfo(np.uint32).max else np.int64
         run = (h[order], (order + row0).astype(row_dtype))
+        self._hold(run)
+        while self._runs and len(self._runs[-1][0]) <= len(run[0]):
+            run = self._merge(self._runs.pop(), run)
+        self._runs.append(run)
+
+    def _store(self, ids: pa.Array, n: int) -> None:
+        """Spill ``ids`` (UTF-8 bytes + end offsets, one per corpus row, nulls as empty)."""
         if self._data is None:
             self._spill()
-        # spill the ids (UTF-8 bytes + end offsets, one per corpus row, nulls as empty)
         text = ids.cast(pa.large_string())
         offs = np.frombuffer(text.buffers()[1], np.int64)[text.offset: text.offset + n + 1]
         data = text.buffers()[2]
@@ -344,10 +438,6 @@ class _SeenIds:
         self._offsets.write((offs[1:] - offs[0] + self._nbytes).astype(np.int64).tobytes())
         self._nbytes += int(offs[-1] - offs[0])
         self._count += n
-        self._hold(run)
-        while self._runs and len(self._runs[-1][0]) <= len(run[0]):
-            run = self._merge(self._runs.pop(), run)
-        self._runs.append(run)
 
     @staticmethod
     def _hash(ids: pa.Array) -> np.ndarray:
@@ -356,12 +446,14 @@ class _SeenIds:
         return pl.Series(ids).hash(seed=0).to_numpy()
 
 
-def _prefetch(iterator: Iterator, depth: int = 1) -> Iterator:
+def _prefetch(iterator: Iterator, depth: int = 1, name: str = "fastuq-reader") -> Iterator:
     """Items of ``iterator``, produced by a background thread up to ``depth`` items ahead.
 
     Reading and decoding (Arrow, Parquet, JSON: C++ that releases the GIL) of the next chunk
     then overlaps with packing and scoring of the current one, on the other core. Memory grows
-    by ``depth`` chunks. An exception in the producer is raised here, in order.
+    by ``depth`` chunks. An exception in the producer is raised here, in order. When the
+    consumer stops, the thread stops after its current item and closes ``iterator`` (so a
+    prefetch inside it stops too).
     """
     import queue
     import threading
@@ -385,7 +477,18 @@ def _prefetch(iterator: Iterator, depth: int = 1) -> Iterator:
         except BaseException as exc:  # handed to the consumer
             items.put(("error", exc))
 
-    thread = threading.Thread(target=produce, name="fastuq-prefetch", daemon=True)
+    def run() -> None:
+        try:
+            produce()
+        finally:
+            close = getattr(iterator, "close", None)
+            if close is not None:  # a generator: its own cleanup (an inner prefetch) now
+                try:
+                    close()
+                except BaseException:  # noqa: BLE001 - the consumer has gone
+                    pass
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
     thread.start()
     try:
         while True:
@@ -446,7 +549,7 @@ def _resolve_once(resolved, methods, batch: Batch, params, observation_noise,
     would otherwise be ignored: parameters no method takes, and an observation noise on a
     corpus that has token entropy (or for methods that do not read it)."""
     if resolved is None:
-        resolved = _resolve_methods(methods, batch)
+        resolved = _resolve_methods(methods, batch, params)
         if _method_list(methods) == ["all"]:
             check_params(params, resolved)
             if info is not None:
@@ -507,7 +610,7 @@ def check_chunk(table: pa.Table, source: str, rows: np.ndarray,
         problems = Problems(table, source, rows=rows, first_only=False)
         table = conform(table, source=source, problems=problems)
         problems.table = table
-    ids = table.column("trajectory_id").combine_chunks()
+    ids = combined(table.column("trajectory_id"))
     repeats(problems, ids)
     validate(table, source=source, problems=problems)
     return table, problems, ids
@@ -622,6 +725,7 @@ def iter_scores(
     info: dict | None = None,
     check: str = "corpus",
     extra_columns: Sequence[str] = (),
+    batch_columns: Sequence[str] | None = None,
 ) -> Iterator[tuple[Batch, dict[str, np.ndarray]]]:
     """Score ``source`` chunk by chunk: yields ``(batch, {method: scores [n]})`` in order.
 
@@ -652,6 +756,10 @@ def iter_scores(
         node columns that the methods do not use; measured in bench/README.md).
       extra_columns: further columns to read into each batch when the corpus has them (for
         callers that need more than the methods read, such as ``reference`` for replay).
+      batch_columns: the columns each yielded batch keeps (besides ``trajectory_id``; its
+        packed inputs stay cached); default all that were read. Fewer bound the memory of
+        the chunks waiting between the pipeline's stages (a top-k column is hundreds of MB
+        per chunk). With ``on_error="skip"`` every column is kept.
     """
     from fastuq.io.readers import iter_chunks
 
@@ -669,39 +777,99 @@ def iter_scores(
     else:
         reader = iter_chunks(source, columns=[], optional_columns=columns,
                              chunk_rows=chunk_rows, validate=not skip, conform=not skip)
-    resolved: tuple[str, ...] | None = None
+    kept = None  # the columns scoring needs; the others were read to be checked only
+    if columns is not None and check == "corpus":
+        kept = _columns_for(methods, params, source, "used")
+        kept = set(kept) | set(extra_columns) | {"trajectory_id"}
+        if kept >= set(columns):
+            kept = None
     seen = _SeenIds()
     kw = dict(methods=methods, protocol=protocol, params=params, dtype=dtype,
               observation_noise=observation_noise, math=math, processes=processes, info=info)
     if skip:
-        reader = (_structural_problems(chunk, seen) for chunk in reader)
+        stream = _prefetch(_structural_problems(chunk, seen) for chunk in reader)
+    else:
+        if kept is not None:
+            reader = (_keep_columns(chunk, kept) for chunk in reader)
+        stream = _prefetch(_prepared(_prefetch(reader), seen, backend=backend,
+                                     batch_columns=batch_columns, **kw),
+                           name="fastuq-prepare")
+    resolved: tuple[str, ...] | None = None
     try:
-        for item in _prefetch(reader):
-            if skip:
-                chunk, table, problems = item
-            else:
-                chunk = item
-                table = chunk.table
-                rows = np.arange(chunk.source_row0, chunk.source_row0 + table.num_rows)
+        for item in stream:
             if not skip:
-                ids = table.column("trajectory_id").combine_chunks()
-                repeat, first = seen.repeats(ids)
-                if repeat.any():
-                    k = int(np.argmax(repeat))
-                    raise RecordError(
-                        f"{chunk.source}: row {int(rows[k])}: field trajectory_id: duplicate "
-                        f"id {ids[k].as_py()!r} (first at {seen.where(int(first[k]))})", row=k)
-                seen.add(ids, chunk.row0, chunk.source, chunk.source_row0)
-                batch, resolved, scores = _score_table(table, chunk, rows, resolved,
-                                                       backend=backend, **kw)
-                yield batch, scores
+                batch, plans = item
+                yield batch, _run_plans(batch, plans, backend)
                 continue
+            chunk, table, problems = item
             done, resolved = score_checked_chunk(chunk, table, problems, resolved, skipped,
                                                  backend=backend, **kw)
             if done is not None:
                 yield done
     finally:
+        stream.close()  # stops the pipeline's threads before the id index goes
         seen.close()
+
+
+def _keep_columns(chunk, kept: set[str]):
+    """``chunk`` without the columns that were read only to be checked (run on the reader
+    thread, after the checks, so that they do not wait in the queues)."""
+    table = chunk.table
+    if all(c in kept for c in table.column_names):
+        return chunk
+    return chunk._replace(table=table.select([c for c in table.column_names if c in kept]))
+
+
+def _prepared(chunks: Iterator, seen: _SeenIds, *, methods, protocol, params, dtype,
+              backend, observation_noise, math, processes, info,
+              batch_columns: Sequence[str] | None = None) -> Iterator:
+    """``(batch, plans)`` per chunk, in order: the id check against earlier chunks, the
+    batch, the methods (resolved on the first chunk) and, for each, its packed and checked
+    inputs and parameters (:func:`~fastuq.engine.runner.prepare_estimator`). Everything a
+    chunk needs before its kernels, so that it runs on a thread of its own while the
+    kernels score the chunk before (whole-array NumPy and Arrow work, which releases the
+    GIL). The first problem raises, as the kernels' order would: ids, then each method's
+    inputs in method order."""
+    from fastuq.engine.runner import prepare_estimator
+
+    resolved: tuple[str, ...] | None = None
+    for chunk in chunks:
+        table = chunk.table
+        rows = np.arange(chunk.source_row0, chunk.source_row0 + table.num_rows)
+        ids = combined(table.column("trajectory_id"))
+        repeat, first = seen.repeats(ids)
+        if repeat.any():
+            k = int(np.argmax(repeat))
+            raise RecordError(
+                f"{chunk.source}: row {int(rows[k])}: field trajectory_id: duplicate "
+                f"id {ids[k].as_py()!r} (first at {seen.where(int(first[k]))})", row=k)
+        seen.add(ids, chunk.row0, chunk.source, chunk.source_row0)
+        batch = _make_batch(table, chunk, rows, dtype=dtype,
+                            observation_noise=observation_noise, math=math,
+                            processes=processes)
+        resolved = _resolve_once(resolved, methods, batch, params, observation_noise, info)
+        plans = []
+        for m in resolved:
+            est = get_estimator(m)
+            own = {k: v for k, v in params.items() if k in est.param_names}
+            plans.append((est, prepare_estimator(est, batch, params=own, protocol=protocol)))
+        if batch_columns is not None:
+            keep = {"trajectory_id", *batch_columns}
+            batch.table = table.select([c for c in table.column_names if c in keep])
+        yield batch, plans
+
+
+def _run_plans(batch: Batch, plans: list, backend: str) -> dict[str, np.ndarray]:
+    """The kernels of prepared estimators: ``{output column: [N] float64}``."""
+    from fastuq.engine.runner import call_kernel
+
+    scores = {}
+    for est, (inputs, optional, values) in plans:
+        out = call_kernel(est, inputs, optional, values, n=batch.n, dtype=batch.dtype,
+                          backend=backend)
+        for column, v in out.items():
+            scores[column] = np.asarray(v, np.float64)
+    return scores
 
 
 def score(
@@ -841,13 +1009,13 @@ def score_file(
             input, methods=methods, protocol=protocol, params=params, dtype=dtype,
             backend=backend, chunk_rows=chunk_rows, observation_noise=observation_noise,
             on_error=on_error, skipped=skipped, math=math, processes=processes, info=info,
-            check=check,
+            check=check, batch_columns=("protocol", "correct"),
         ):
             if writer is None:
                 report.methods = tuple(scores)
                 schema = pa.schema([("trajectory_id", pa.string())]
                                    + [(m, pa.float64()) for m in scores])
-                writer = AtomicParquetWriter(output, schema)
+                writer = BackgroundWriter(_score_writer(output, schema))
             writer.write(pa.table({"trajectory_id": batch.ids.cast(pa.string()), **scores},
                                   schema=schema))
             report.n_rows += batch.n
@@ -888,7 +1056,7 @@ def score_file(
             report.methods = tuple(names)
             schema = pa.schema([("trajectory_id", pa.string())]
                                + [(m, pa.float64()) for m in names])
-            writer = AtomicParquetWriter(output, schema)
+            writer = _score_writer(output, schema)
         writer.close()
     except BaseException:
         if writer is not None:
@@ -904,6 +1072,16 @@ def score_file(
         if kept_protocol and sum(map(len, kept_protocol)) == report.n_rows:
             report.protocol = np.concatenate(kept_protocol)
     return report
+
+
+def _score_writer(output: Path, schema: pa.Schema) -> AtomicParquetWriter:
+    """The scores' Parquet writer. No dictionary encoding (ids are unique, scores nearly so:
+    a dictionary is built and then abandoned) and no statistics for the id column (min/max
+    over every id string): together a third of the time of the default settings, and a
+    smaller file."""
+    return AtomicParquetWriter(output, schema, use_dictionary=False,
+                               write_statistics=[n for n in schema.names
+                                                 if n != "trajectory_id"])
 
 
 def _skip_lines(skipped: list[Skipped]) -> str:

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fastuq.io.arrow_lists import list_lengths, starts
+from fastuq.io.arrow_lists import combined, list_lengths, starts
 from fastuq.io.schema import Problems
 
 __all__ = ["input_problems"]
@@ -58,7 +58,7 @@ def _first_per_owner(owner: np.ndarray, idx: np.ndarray) -> dict[int, int]:
 def _per_round(table: pa.Table, name: str, problems: Problems, checks) -> None:
     """Check a ``list<float>`` per-round column: an empty or null list, and each
     ``(bad(values) -> mask, what)`` at every value; the first bad round of a record is named."""
-    col = table.column(name).combine_chunks()
+    col = combined(table.column(name))
     lens, valid = list_lengths(col)
     empty = (~valid) | (lens == 0)
     if empty.any():
@@ -85,7 +85,7 @@ def _per_round(table: pa.Table, name: str, problems: Problems, checks) -> None:
 def _nodes(table: pa.Table, name: str) -> tuple[pa.Array, np.ndarray, np.ndarray]:
     """``(node values, round lengths [n], slot lengths [rounds])`` of a ``[round][agent]``
     column (null slots included in the node values)."""
-    col = table.column(name).combine_chunks()
+    col = combined(table.column(name))
     rounds = pc.list_flatten(col)
     r_len, _ = list_lengths(col)
     a_len, _ = list_lengths(rounds)
@@ -153,7 +153,7 @@ def input_problems(
     names = table.column_names
     n = table.num_rows
     if presets is not None and protocol is None and "protocol" in names:
-        col = table.column("protocol").combine_chunks().cast(pa.string())
+        col = combined(table.column("protocol")).cast(pa.string())
         missing = col.is_null().to_numpy(zero_copy_only=False)
         for i in np.flatnonzero(missing).tolist():
             problems.bad.setdefault(i, _Pending(": no protocol (field protocol)"))

@@ -29,6 +29,14 @@ def combined(col: pa.ChunkedArray | pa.Array) -> pa.Array:
 
 def list_lengths(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """``(lengths int64 with nulls as 0, valid bool)`` of a list array."""
+    if len(arr) and not arr.null_count and (pa.types.is_list(arr.type)
+                                           or pa.types.is_large_list(arr.type)):
+        # no nulls: the lengths are the differences of the offsets (a null list may own a
+        # segment of the values, so only without nulls)
+        off = np.frombuffer(arr.buffers()[1], np.int32 if pa.types.is_list(arr.type)
+                            else np.int64, count=len(arr) + 1, offset=arr.offset *
+                            (4 if pa.types.is_list(arr.type) else 8))
+        return np.diff(off).astype(np.int64, copy=False), np.ones(len(arr), bool)
     lens = pc.list_value_length(arr)
     valid = lens.is_valid().to_numpy(zero_copy_only=False)
     return lens.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64), valid

@@ -48,15 +48,23 @@ def pack_offsets(
     if t_max < longest:
         raise ValueError(f"t_max={t_max} is shorter than the longest trajectory ({longest})")
     n_padded = n if n_padded is None else int(n_padded)
-    out = np.full((t_max, n_padded), fill, dtype)
     mask = np.zeros((t_max, n_padded), bool)
     mask[:, :n] = np.arange(t_max)[:, None] < lengths[None, :]
     values = np.asarray(values)
-    base = offsets[:-1] - offsets[0]
-    # One gather per round: round t of trajectory n sits at base[n] + t where it exists.
-    for t in range(t_max):
-        has = mask[t, :n]
-        out[t, :n][has] = values[base[has] + t]
+    total = int(offsets[-1] - offsets[0]) if n else 0
+    # Trajectory-major first ([n_padded, T], the layout of the flat values), then one
+    # transposed copy to time-major: value e of trajectory k, round t, lands at k * T + t.
+    if n and n == n_padded and int(lengths.min()) == t_max:  # every trajectory has T rounds
+        by_traj = values[:total].reshape(n, t_max)
+    else:
+        by_traj = np.full((n_padded, t_max), fill, dtype)
+        if total:
+            base = offsets[:-1] - offsets[0]
+            shift = np.arange(n, dtype=np.int64) * t_max - base
+            where = np.arange(total, dtype=np.int64) + np.repeat(shift, lengths)
+            by_traj.reshape(-1)[where] = values[:total]
+    out = np.empty((t_max, n_padded), dtype)
+    out[...] = by_traj.T
     return out, mask
 
 

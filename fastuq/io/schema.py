@@ -390,8 +390,11 @@ def validate(table: pa.Table, *, source: str | None = None, row0: int = 0,
     if ids.null_count:
         problems.add(ids.is_null().to_numpy(zero_copy_only=False), "trajectory_id",
                      lambda i: "null id")
-    if n > 1 and pc.all(pc.greater(ids.slice(1), ids.slice(0, n - 1))).as_py():
+    if n > 1 and not ids.null_count and pc.all(
+            pc.greater(ids.slice(1), ids.slice(0, n - 1))).as_py():
         pass  # strictly increasing ids (the usual layout) are unique: no hashing needed
+        # (only without nulls: a comparison with a null is skipped, so ``a, null, a``
+        # would pass)
     elif len((enc := pc.dictionary_encode(ids)).dictionary) < n - (ids.null_count > 0):
         # dictionary codes number the distinct ids in order of first appearance
         codes = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -415,12 +418,17 @@ def validate(table: pa.Table, *, source: str | None = None, row0: int = 0,
     for name in NODE_COLUMNS:
         if name in table.column_names:
             nodes[name] = _Node(_combined(table.column(name)))
+    fits: list[_Node] = []  # node columns found within n_agents
     for name, nd in nodes.items():
         if n_agents is None:
             continue
+        if any(np.array_equal(nd.rounds, f.rounds) and np.array_equal(nd.slots, f.slots)
+               for f in fits):
+            continue  # the same rounds and slots as a column that fits (the usual case)
         rec = _parents(nd.rounds)
         over = nd.slots > n_agents[rec]
         if not over.any():
+            fits.append(nd)
             continue
         first_over = np.full(n, -1, np.int64)
         r_idx = np.flatnonzero(over)[::-1]

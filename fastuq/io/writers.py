@@ -273,10 +273,14 @@ def atomic_write_parquet(table: pa.Table, path: str | os.PathLike) -> None:
 class AtomicParquetWriter:
     """Incremental Parquet writer that only appears at ``path`` when closed without error;
     its temporary file is removed on any exception (and on SIGTERM, see
-    :func:`remove_temporaries_on_sigterm`)."""
+    :func:`remove_temporaries_on_sigterm`).
+
+    ``options`` go to ``pyarrow.parquet.ParquetWriter`` (e.g. ``use_dictionary=False``,
+    ``write_statistics=[columns]``)."""
 
     def __init__(
-        self, path: str | os.PathLike, schema: pa.Schema, *, compression: str = "snappy"
+        self, path: str | os.PathLike, schema: pa.Schema, *, compression: str = "snappy",
+        **options,
     ) -> None:
         import pyarrow.parquet as pq
 
@@ -284,7 +288,8 @@ class AtomicParquetWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = _temporary(self.path)
         try:
-            self._writer = pq.ParquetWriter(self._tmp, schema, compression=compression)
+            self._writer = pq.ParquetWriter(self._tmp, schema, compression=compression,
+                                            **options)
         except BaseException:
             _discard(self._tmp)
             raise
@@ -320,3 +325,65 @@ class AtomicParquetWriter:
             self.close()
         else:
             self.abort()
+
+
+class BackgroundWriter:
+    """Writes tables to a writer (an :class:`AtomicParquetWriter`) on a thread of its own,
+    so that encoding and compressing one chunk's output overlaps computing the next (Arrow's
+    Parquet writer releases the GIL). At most ``depth`` tables wait in its queue, so memory
+    stays bounded by a few output chunks.
+
+    An error on the thread is raised by the next :meth:`write` or by :meth:`close`; then, as
+    after any error, the caller calls :meth:`abort`, which drops the file (nothing appears at
+    the destination)."""
+
+    def __init__(self, writer, depth: int = 2) -> None:
+        import queue
+
+        self.writer = writer
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="fastuq-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            table = self._queue.get()
+            if table is None:
+                return
+            if self._error is not None:
+                continue  # drain: the caller will abort
+            try:
+                self.writer.write(table)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                self._error = exc
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, _Failed()
+            raise error
+
+    def write(self, table) -> None:
+        self._raise()
+        self._queue.put(table)
+
+    def _finish(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+
+    def close(self) -> None:
+        """Wait for every table to be written, then close the writer (publish the file)."""
+        self._finish()
+        self._raise()
+        self.writer.close()
+
+    def abort(self) -> None:
+        """Stop (after the tables already queued) and drop the file."""
+        self._error = self._error or _Failed()
+        self._finish()
+        self.writer.abort()
+
+
+class _Failed(Exception):
+    """Marks a background writer that already failed (its error was raised once)."""

@@ -141,8 +141,15 @@ def _modal_counts(cls: np.ndarray, vote: np.ndarray, rnd: _Level, n_rounds: int)
         # Slot-major [width, rounds] so every slot's row is contiguous; counts in uint8
         # (width <= _PAIRWISE_MAX_SLOTS < 256), so adding a comparison needs no int64 copy.
         code_t = np.int32 if cls.size == 0 or cls.max() < np.iinfo(np.int32).max else np.int64
-        grid = np.full((width, n_rounds), -1, code_t)
-        grid[rnd.ramp(), rnd.parent] = np.where(vote, cls, -1)
+        masked = np.where(vote, cls, -1).astype(code_t, copy=False)
+        if int(slots.min()) == width:  # every round has `width` slots: a reshape
+            grid = np.ascontiguousarray(masked.reshape(n_rounds, width).T)
+        else:  # round r's slots at r * width + k, then one transposed copy
+            by_round = np.full((n_rounds, width), -1, code_t)
+            shift = np.arange(n_rounds, dtype=np.int64) * width - rnd.start
+            where = np.arange(masked.size, dtype=np.int64) + np.repeat(shift, slots)
+            by_round.reshape(-1)[where] = masked
+            grid = np.ascontiguousarray(by_round.T)
         best = np.zeros(n_rounds, np.uint8)
         count = np.empty(n_rounds, np.uint8)
         eq = np.empty(n_rounds, bool)
@@ -240,7 +247,12 @@ def agreement_from_answers(
             or pa.types.is_string_view(vals.type) or pa.types.is_null(vals.type)):
         vals = vals.cast(pa.string())
     present = vals.is_valid().to_numpy(zero_copy_only=False)
-    if len(vals) and not pa.types.is_null(vals.type):
+    if len(vals) and (pa.types.is_string(vals.type) or pa.types.is_large_string(vals.type)):
+        width = 4 if pa.types.is_string(vals.type) else 8  # non-empty, from the offsets
+        offs = np.frombuffer(vals.buffers()[1], np.int32 if width == 4 else np.int64,
+                             count=len(vals) + 1, offset=vals.offset * width)
+        present &= np.diff(offs) > 0
+    elif len(vals) and not pa.types.is_null(vals.type):
         present &= pc.binary_length(vals).fill_null(0).to_numpy(zero_copy_only=False) > 0
     if classes is None:
         if pa.types.is_null(vals.type):
@@ -255,7 +267,7 @@ def agreement_from_answers(
                              f"got shape {cls.shape}")
         if cls.dtype.kind not in "iu":
             raise ValueError(f"classes must hold integers, got dtype {cls.dtype}")
-        cls = cls.astype(np.int64)
+        cls = cls.astype(np.int64, copy=False)
     vote = present & (cls >= 0)
     best = _modal_counts(cls, vote, rnd, n_rounds)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -314,11 +326,33 @@ def _float_values(levels: Sequence[_Level], names: _Names, what: str) -> np.ndar
         v = vals.to_numpy(zero_copy_only=False)  # float32 stays float32 until used
     else:
         v = vals.cast(pa.float64()).to_numpy(zero_copy_only=False)
-    if not (v <= 0.0).all():  # one pass catches NaN and positive values
-        k = int(np.argmax(~(v <= 0.0)))
+    k = _first_not_le0(v)  # one test catches NaN and positive values
+    if k >= 0:
         raise RecordError(f"{_where(levels, k, names)}: {what}: log-probabilities must be <= 0 "
                          f"and not NaN, got {v[k]}", row=_record(levels, k))
     return v
+
+
+#: Values per block of the whole-column tests below (their temporaries stay small: a top-k
+#: chunk holds ~10^8 log-probabilities).
+_VALUE_BLOCK = 1 << 20
+
+
+def _first_not_le0(v: np.ndarray) -> int:
+    """Index of the first value of ``v`` that is not <= 0 (NaN or positive), else -1."""
+    for a in range(0, v.size, _VALUE_BLOCK):
+        ok = v[a:a + _VALUE_BLOCK] <= 0.0
+        if not ok.all():
+            return a + int(np.argmax(~ok))
+    return -1
+
+
+def _any_neginf(v: np.ndarray) -> bool:
+    return any(np.isneginf(v[a:a + _VALUE_BLOCK]).any() for a in range(0, v.size, _VALUE_BLOCK))
+
+
+#: Tokens per block of :func:`_token_entropy` (k x 16,384 float64 rows stay in cache).
+_TOKEN_BLOCK = 1 << 14
 
 
 def _token_entropy(v: np.ndarray, tok: _Level, levels: Sequence[_Level], names: _Names,
@@ -330,34 +364,44 @@ def _token_entropy(v: np.ndarray, tok: _Level, levels: Sequence[_Level], names: 
     k = int(tok.lengths[0])
     uniform = bool((tok.lengths == k).all())
     if uniform:
-        # one k for every token (the usual case): a [k, tokens] matrix, so that every step is
-        # a whole-row operation and sums run over the k alternatives in order
-        grid = np.ascontiguousarray(v.reshape(n_tok, k).T, dtype=np.float64)
-        top = grid.max(axis=0)
-    else:
-        v = v.astype(np.float64, copy=False)
-        top = np.maximum.reduceat(v, tok.start)
+        # one k for every token (the usual case): blocks of [k, tokens] matrices, so that
+        # every step is a whole-row operation on cache-sized rows and sums run over the k
+        # alternatives in order (each token's numbers do not depend on the blocking)
+        neginf = _any_neginf(v)
+        h = np.empty(n_tok, np.float64)
+        grid_v = v.reshape(n_tok, k)
+        for a in range(0, n_tok, _TOKEN_BLOCK):
+            b = min(n_tok, a + _TOKEN_BLOCK)
+            grid = np.ascontiguousarray(grid_v[a:b].T, dtype=np.float64)
+            top = grid.max(axis=0)
+            inf = ~np.isfinite(top)
+            if inf.any():
+                t = a + int(np.argmax(inf))
+                raise RecordError(f"{_where(levels[:3], t, names)}: {what}: the token has no "
+                                  f"finite log-probability", row=_record(levels[:3], t))
+            grid -= top  # log weights, <= 0
+            w = np.exp(grid)
+            norm = w[0].copy()
+            for j in range(1, k):
+                norm += w[j]
+            grid -= np.log(norm)  # log p
+            w /= norm  # p
+            with np.errstate(invalid="ignore"):
+                grid *= w  # p log p (NaN where p = 0 from a -inf log-prob)
+            if neginf:
+                grid[w == 0.0] = 0.0
+            out = h[a:b]
+            np.negative(grid[0], out=out)
+            for j in range(1, k):
+                out -= grid[j]
+        return h
+    v = v.astype(np.float64, copy=False)
+    top = np.maximum.reduceat(v, tok.start)
     inf = ~np.isfinite(top)
     if inf.any():
         t = int(np.argmax(inf))
         raise RecordError(f"{_where(levels[:3], t, names)}: {what}: the token has no finite "
                          f"log-probability", row=_record(levels[:3], t))
-    if uniform:
-        grid -= top  # log weights, <= 0
-        w = np.exp(grid)
-        norm = w[0].copy()
-        for j in range(1, k):
-            norm += w[j]
-        grid -= np.log(norm)  # log p
-        w /= norm  # p
-        with np.errstate(invalid="ignore"):
-            grid *= w  # p log p (NaN where p = 0 from a -inf log-prob)
-        if np.isneginf(v).any():
-            grid[w == 0.0] = 0.0
-        h = -grid[0]
-        for j in range(1, k):
-            h -= grid[j]
-        return h
     p = v - np.repeat(top, tok.lengths)
     np.exp(p, out=p)
     p /= np.repeat(np.add.reduceat(p, tok.start), tok.lengths)
