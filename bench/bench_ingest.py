@@ -88,8 +88,9 @@ def _synth_hash() -> str:
 
     root = Path(fastuq.__file__).resolve().parent
     h = hashlib.sha256()
-    for name in ("synth.py", "_synth_sim.py"):
-        p = root / name
+    # the simulator was synth.py + _synth_sim.py, and is now the fastuq/synth package
+    files = [root / "synth.py", root / "_synth_sim.py", *sorted((root / "synth").glob("*.py"))]
+    for p in files:
         if p.exists():
             h.update(p.read_bytes())
     return h.hexdigest()[:8]

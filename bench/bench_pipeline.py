@@ -5,11 +5,18 @@ Run from the repository root::
 
     python bench/bench_pipeline.py --quick          # N = 1e5 corpora, 2 repeats, no 1e7 run
     python bench/bench_pipeline.py                  # 1e6 corpora (targets), the 1e7 profile
-                                                    # and the 1e7 CLI run with its peak RSS
+                                                    # and the 1e7 CLI runs with their peak RSS
+    python bench/bench_pipeline.py --baseline DIR   # the same, end-to-end and 1e7 runs
+                                                    # alternating with an older fastuq
     python bench/bench_pipeline.py --only stages --big-n 1e7
 
-Corpora (``fastuq.synth``, protocol ``mixed``, seed 0; written once into ``--cache-dir``,
-default ``/tmp/fastuq_pipeline``):
+``--baseline DIR``: a folder with an older ``fastuq`` package, e.g. ``mkdir DIR && git
+archive 64c30ef fastuq kernels | tar -x -C DIR && mv DIR/kernels DIR/fastuq/kernels``
+(the kernels live in ``fastuq/kernels`` of an installed package). Its workers run with
+``PYTHONPATH=DIR``; each side's output is compared with the other's, bit for bit.
+
+Corpora (``fastuq.synth``, protocol ``mixed``, seed 0, zstd Parquet; written once into
+``--cache-dir``, default ``/tmp/fastuq_pipeline``):
 
   signals   agreement and token_entropy columns (plus answers, seq_logprob, n_tokens:
             the node columns ``check="corpus"`` reads and checks), N = 1e6;
@@ -22,23 +29,30 @@ Parts:
 
   stages    one ``fastuq.score_file`` run (after a warm-up run on the first 2 chunks, so that
             the kernels are compiled) with fastuq's functions wrapped by timers: exclusive
-            wall time per stage and per thread (main = the scoring loop, reader = the
-            prefetch thread, writer = the writer thread where there is one), the run's wall
-            time and its CPU time (user + sys, all threads) over its wall time.
+            wall time per stage and per thread (main = the kernels, reader = reading,
+            prepare = packing and checks, writer = Parquet output; which threads exist
+            depends on the version), the calling thread's CPU time per stage (Arrow's and
+            XLA's own threads not included), the run's wall time and its CPU time (user +
+            sys, all threads) over its wall time. Serial (every stage on the calling thread,
+            one after the other: the work of each) and pipelined (as ``score_file`` runs).
             Stages: read + decode (Parquet to Arrow, ``iter_batches``), conform (casts,
             canonical columns), validate (records, ids, per-round values), derive (agreement
             from answers, entropy from top-k), pack (padded ``[T, N]`` / ``[T, N, A]``
             arrays, parameter arrays), transfer (padding to the bucket, ``device_put``),
             kernel (the jitted call, blocked until ready), copy back (device to NumPy),
-            write (Parquet), wait (the scoring loop blocked on the reader), other (the rest
-            of the thread's time: bookkeeping). Also: the raw bytes of the column chunks read
-            (``os.pread`` of their ranges from the page cache), to split read from decode.
-  e2e       ``fastuq.score_file`` on each target configuration, in one process, after a
-            warm-up call of each; every repeat runs every configuration once, in turn, so
-            their ratios share the machine's load. Medians. Checks every repeat's output is
-            bit-identical to the first.
-  big       ``python -m fastuq score BIG -o OUT`` in a subprocess: wall time, the scoring
-            time it reports and its peak RSS (``/usr/bin/time -v``).
+            write (Parquet), wait (a thread blocked on the one before it). Also: the raw
+            bytes of the column chunks read (``os.pread`` of their ranges from the page
+            cache), to split read from decode.
+  e2e       ``fastuq.score_file`` on each configuration (``--configs``: signals and
+            answers with ``check="corpus"`` (the default) and ``"used"``, ``--method all``
+            on top-k), in one process, after a warm-up call of each; every repeat runs every
+            configuration once, in turn, so their ratios share the machine's load. Medians.
+            Checks every repeat's output is bit-identical to the first. The process tunes
+            its allocators as the ``fastuq`` command does (``runtime.tune_allocator``, where
+            the version has it).
+  big       ``python -m fastuq score BIG -o OUT`` (and with ``--check used``) in a
+            subprocess: wall time, the scoring time it reports and its peak RSS
+            (``/usr/bin/time -v``).
 
 Targets (issue 12; reported, not asserted), trajectories/s on the 2-core machine: SAUCE from
 Parquet with agreement and entropy columns >= 5e6; from parsed answers >= 3e6; ``--method
@@ -68,7 +82,7 @@ import _common as bc  # noqa: E402
 
 DEFAULT_CACHE = Path("/tmp/fastuq_pipeline")
 CHUNK = 1 << 18
-TARGETS = {"signals": 5e6, "answers": 3e6, "topk_all": 1e6}
+TARGETS = {"signals": 5e6, "answers": 3e6, "topk_all": 1e6}  # trajectories/s
 GIB = 2**30
 
 STAGES = ("read + decode", "conform", "validate", "derive", "pack", "transfer", "kernel",
@@ -443,7 +457,8 @@ def _digest(table) -> str:
 # ============================================================================ 1e7 CLI run
 
 
-def run_cli(path: Path, out: Path, extra: list[str], timeout: float = 1800) -> dict[str, Any]:
+def run_cli(path: Path, out: Path, extra: list[str], timeout: float = 1800,
+            env: dict[str, str] | None = None) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "fastuq", "score", str(path), "-o", str(out),
            "--no-progress", *extra]
     full = ["/usr/bin/time", "-v", *cmd] if Path("/usr/bin/time").exists() else cmd
@@ -451,7 +466,7 @@ def run_cli(path: Path, out: Path, extra: list[str], timeout: float = 1800) -> d
     # run outside the repository, so that PYTHONPATH (e.g. an older checkout to compare
     # with) decides which fastuq is imported, not the current directory
     proc = subprocess.run(full, capture_output=True, text=True, timeout=timeout,
-                          cwd=out.parent)
+                          cwd=out.parent, env=env)
     wall = time.perf_counter() - start
     res: dict[str, Any] = {"command": " ".join(cmd[1:]), "wall_s": wall,
                            "returncode": proc.returncode}
@@ -515,6 +530,76 @@ def _ms(s: float | None) -> str:
     return "" if s is None else f"{s * 1e3:,.0f}"
 
 
+def _e2e_configs(args, n: int) -> list[dict[str, Any]]:
+    topk_n = args.topk_n or (n if args.quick else 1_000_000)
+    want = args.configs.split(",")
+    configs = [
+        {"name": "signals", "kind": "signals", "methods": "sauce", "check": "corpus"},
+        {"name": "signals_used", "kind": "signals", "methods": "sauce", "check": "used"},
+        {"name": "answers", "kind": "answers", "methods": "sauce", "check": "corpus"},
+        {"name": "answers_used", "kind": "answers", "methods": "sauce", "check": "used"},
+        {"name": "topk_all", "kind": "topk", "methods": "all", "check": "corpus"},
+    ]
+    out = []
+    for c in configs:
+        if c["name"] in want:
+            size = topk_n if c["kind"] == "topk" else n
+            out.append({**c, "src": str(corpus(args.cache_dir, c["kind"], size))})
+    return out
+
+
+def _e2e_table(res: dict[str, Any], configs, base: dict[str, Any] | None = None) -> str:
+    rows = []
+    for c in configs:
+        name = c["name"]
+        med = res["median_s"][name]
+        rate = res["rows"][name] / med
+        target = TARGETS.get(name.removesuffix("_used"))
+        row = [name, c["check"], f"{res['rows'][name]:,}"]
+        if base is not None:
+            b = base["median_s"][name]
+            row += [f"{b * 1e3:,.0f}", f"{base['rows'][name] / b / 1e6:.2f}M"]
+        row += [f"{med * 1e3:,.0f}", f"{rate / 1e6:.2f}M",
+                f"{target / 1e6:g}M" if target else "", f"{rate / target:.2f}" if target else "",
+                "yes" if res["identical_across_repeats"][name] else "NO"]
+        if base is not None:
+            row.insert(-1, f"{b / med:.2f}x")
+            row[-1] = "yes" if res["digest"][name] == base["digest"][name] else "NO"
+        rows.append(row)
+    head = ["config", "check", "N"]
+    if base is not None:
+        head += ["before ms", "before traj/s"]
+    head += ["median ms", "traj/s", "target", "x target"]
+    head += ["speed-up", "same bits as before"] if base is not None else ["same bits"]
+    return bc.markdown_table(head, rows)
+
+
+def _ab(args, configs, common, rounds: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The e2e worker of the baseline checkout and of this one, alternating, ``rounds``
+    times (one timed repeat each after their warm-up): medians per side."""
+    sides: dict[str, dict[str, Any]] = {}
+    for r in range(rounds):
+        for side, env in (("before", {"PYTHONPATH": str(args.baseline)}),
+                          ("after", {"PYTHONPATH": os.environ.get("PYTHONPATH", "")})):
+            _log(f"e2e {side}, round {r + 1}/{rounds} (load {os.getloadavg()[0]:.2f})")
+            res = bc.run_worker(SCRIPT, {"kind": "e2e", **common, "configs": configs,
+                                         "repeats": 1}, env=env)
+            if "error" in res:
+                raise RuntimeError(f"{side}: {res['error']}")
+            got = sides.setdefault(side, {"times_s": {}, "rows": res["rows"],
+                                          "digest": res["digest"], "fastuq": res["fastuq"],
+                                          "identical_across_repeats": {}})
+            for name, t in res["times_s"].items():
+                got["times_s"].setdefault(name, []).extend(t)
+                same = got["digest"][name] == res["digest"][name] and \
+                    res["identical_across_repeats"][name]
+                got["identical_across_repeats"][name] = \
+                    got["identical_across_repeats"].get(name, True) and same
+    for got in sides.values():
+        got["median_s"] = {k: bc.median(v) for k, v in got["times_s"].items()}
+    return sides["before"], sides["after"]
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true")
@@ -525,11 +610,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeats", type=int, default=None)
     p.add_argument("--devices", type=int, default=os.cpu_count() or 1)
     p.add_argument("--chunk-rows", type=int, default=CHUNK)
-    p.add_argument("--check", default="corpus")
+    p.add_argument("--check", default="corpus", help="check of the stage profiles")
     p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE)
     p.add_argument("--label", default="")
-    p.add_argument("--configs", default="signals,answers,topk_all",
-                   help="end-to-end configurations to run (comma-separated)")
+    p.add_argument("--configs", default="signals,signals_used,answers,topk_all",
+                   help="end-to-end configurations to run (comma-separated; also "
+                        "answers_used)")
+    p.add_argument("--baseline", type=Path, default=None,
+                   help="a folder holding an older fastuq package (fastuq/, with its "
+                        "kernels as fastuq/kernels): the end-to-end and 1e7 runs then "
+                        "alternate between it and this checkout, and compare their bits")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
@@ -545,7 +635,8 @@ def main(argv: list[str] | None = None) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     data: dict[str, Any] = {"machine": bc.machine_info(), "n": n, "repeats": reps,
                             "load_start": os.getloadavg(),
-                            "pythonpath": os.environ.get("PYTHONPATH", "")}
+                            "pythonpath": os.environ.get("PYTHONPATH", ""),
+                            "baseline": str(args.baseline) if args.baseline else None}
     common = {"devices": args.devices, "out_dir": str(out_dir),
               "chunk_rows": args.chunk_rows}
     if "stages" in parts:
@@ -571,39 +662,32 @@ def main(argv: list[str] | None = None) -> None:
                       f"(load {os.getloadavg()})\n")
                 print(stage_table(res))
     if "e2e" in parts:
-        topk_n = args.topk_n or (n if args.quick else 1_000_000)
-        configs = [
-            {"name": "signals", "src": str(corpus(args.cache_dir, "signals", n)),
-             "methods": "sauce", "check": args.check},
-            {"name": "answers", "src": str(corpus(args.cache_dir, "answers", n)),
-             "methods": "sauce", "check": args.check},
-            {"name": "topk_all", "src": "topk", "methods": "all", "check": args.check},
-        ]
-        for c in configs:
-            if c["src"] == "topk" and c["name"] in args.configs.split(","):
-                c["src"] = str(corpus(args.cache_dir, "topk", topk_n))
-        configs = [c for c in configs if c["name"] in args.configs.split(",")]
-        _log(f"e2e (load {os.getloadavg()[0]:.2f})")
-        res = _run("e2e", {**common, "configs": configs, "repeats": reps})
+        configs = _e2e_configs(args, n)
+        load0 = os.getloadavg()
+        if args.baseline:
+            base, res = _ab(args, configs, common, reps)
+            data["e2e_before"] = base
+        else:
+            _log(f"e2e (load {load0[0]:.2f})")
+            res = _run("e2e", {**common, "configs": configs, "repeats": reps})
+            base = None
         data["e2e"] = res
-        rows = []
-        for c in configs:
-            med = res["median_s"][c["name"]]
-            rate = res["rows"][c["name"]] / med
-            target = TARGETS[c["name"]]
-            rows.append([c["name"], f"{res['rows'][c['name']]:,}", f"{med * 1e3:,.0f}",
-                         f"{rate / 1e6:.2f}M", f"{target / 1e6:g}M", f"{rate / target:.2f}",
-                         "yes" if res["identical_across_repeats"][c["name"]] else "NO"])
-        print(f"\n#### end to end (load {os.getloadavg()})\n")
-        print(bc.markdown_table(["config", "N", "median ms", "traj/s", "target",
-                                 "x target", "same bits"], rows))
+        print(f"\n#### end to end (load {load0} at start, {os.getloadavg()} at end)\n")
+        print(_e2e_table(res, configs, base))
     if "big" in parts and not args.quick:
         src = corpus(args.cache_dir, "signals", args.big_n)
-        _log(f"big (load {os.getloadavg()[0]:.2f})")
-        res = run_cli(src, out_dir / "big.parquet", [])
-        data["big"] = res
-        print(f"\n#### `fastuq score` on {args.big_n:,} (load {os.getloadavg()})\n")
-        print(json.dumps(res, indent=1))
+        here = os.environ.get("PYTHONPATH", "")  # this checkout, or what PYTHONPATH names
+        sides = [("after", here)] + ([("before", str(args.baseline))] if args.baseline else [])
+        for extra in ([], ["--check", "used"]):
+            for side, path in sides:
+                _log(f"big {side} {' '.join(extra)} (load {os.getloadavg()[0]:.2f})")
+                env = dict(os.environ, PYTHONPATH=path)
+                res = run_cli(src, out_dir / f"big_{side}.parquet", extra, env=env)
+                res["load"] = os.getloadavg()
+                data[f"big_{side}{'_used' if extra else ''}"] = res
+                print(f"\n#### `fastuq score {' '.join(extra)}` on {args.big_n:,}, {side} "
+                      f"(load {res['load']})\n")
+                print(json.dumps(res, indent=1))
     data["load_end"] = os.getloadavg()
     suffix = "_quick" if args.quick else ""
     path = bc.RESULTS_DIR / f"pipeline{suffix}{'_' + args.label if args.label else ''}.json"

@@ -218,6 +218,48 @@ def test_temporary_file_removed_when_writing_fails(tmp_path):
     assert _listing(tmp_path) == []
 
 
+@pytest.mark.parametrize("fail_on", ["write", "close", "prepare"])
+def test_failure_on_a_pipeline_thread_leaves_nothing_behind(tmp_path, monkeypatch, fail_on):
+    """score_file writes on a thread of its own and packs on another: an error there (the
+    disk filling up, a bad record found while packing a later chunk) is raised by
+    score_file, and neither the scores file nor a temporary file is left."""
+    from fastuq.engine import runner
+    from fastuq.io import writers as _io
+    from fastuq.synth import corpus, write
+
+    src = tmp_path / "in" / "c.parquet"
+    src.parent.mkdir()
+    write(corpus(5_000, protocol="mixed", seed=4, topk=0), src)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    calls = {"n": 0}
+    if fail_on == "prepare":
+        real = runner.prepare_estimator
+
+        def broken(*a, **k):
+            calls["n"] += 1
+            if calls["n"] == 3:  # the third chunk
+                raise OSError("disk full")
+            return real(*a, **k)
+
+        monkeypatch.setattr(runner, "prepare_estimator", broken)
+    else:
+        real = getattr(_io.AtomicParquetWriter, fail_on)
+
+        def broken(self, *a, **k):
+            calls["n"] += 1
+            if fail_on == "close" or calls["n"] == 2:
+                raise OSError("disk full")
+            return real(self, *a, **k)
+
+        monkeypatch.setattr(_io.AtomicParquetWriter, fail_on, broken)
+    with pytest.raises(OSError, match="disk full"):
+        fastuq.score_file(src, out_dir / "s.parquet", chunk_rows=1_000, backend="numpy")
+    monkeypatch.undo()
+    assert _listing(out_dir) == []
+    assert not _io._TEMPORARIES
+
+
 def test_sigterm_mid_run_leaves_nothing_behind(tmp_path):
     from fastuq.synth import corpus, write
 
