@@ -103,3 +103,23 @@ def test_cli_device_option(tmp_path, capsys):
         assert main(["score", str(sample_corpus_path()), "-o", str(gpu), "--device",
                      "gpu"]) == 2
         assert "no such backend" in capsys.readouterr().err and not gpu.exists()
+
+
+def test_api_device_argument(tmp_path):
+    import jax
+    import pyarrow.parquet as pq
+
+    import fastuq
+    from fastuq.cli import sample_corpus_path
+
+    src = sample_corpus_path()
+    auto = fastuq.score(src, "sauce,umas")
+    cpu = fastuq.score(src, "sauce,umas", device="cpu")
+    fastuq.score_file(src, tmp_path / "cpu.parquet", methods="sauce,umas", device="cpu")
+    if jax.default_backend() == "cpu":
+        assert cpu.equals(auto)
+        assert pq.read_table(tmp_path / "cpu.parquet").column("umas").equals(
+            auto.column("umas"))
+    with pytest.raises(ValueError, match="device must be one of"):
+        fastuq.score_file(src, tmp_path / "x.parquet", device="tpu")
+    assert not (tmp_path / "x.parquet").exists()

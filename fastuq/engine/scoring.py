@@ -883,27 +883,32 @@ def score(
     observation_noise: float | None = None,
     math: bool = False,
     check: str = "corpus",
+    device: str | None = None,
     **params: object,
 ) -> pa.Table:
     """Score a corpus in memory: a table with ``trajectory_id``, one float64 column per
     method (uncertainty; higher = less likely correct), and ``question_id``, ``protocol`` and
     ``correct`` when the corpus has them. See :func:`score_file` for the arguments; ``params`` are
-    estimator parameters (``lam=``, ``q=``, ``confidence=``, ...)."""
+    estimator parameters (``lam=``, ``q=``, ``confidence=``, ...); ``device``: ``"cpu"``,
+    ``"gpu"`` or ``"auto"``/``None`` (JAX's default backend) for the kernels."""
+    from fastuq.engine.runtime import device_scope
+
     tables = []
-    for batch, scores in iter_scores(
-        source, methods=methods, protocol=protocol, params=params, dtype=dtype,
-        backend=backend, chunk_rows=chunk_rows, observation_noise=observation_noise,
-        math=math, check=check,
-    ):
-        cols = {"trajectory_id": batch.ids, **scores}
-        for extra in ("question_id", "protocol", "correct"):
-            if extra in batch.table.column_names:
-                cols[extra] = batch.column(extra)
-        tables.append(pa.table(cols))
+    with device_scope(device):
+        for batch, scores in iter_scores(
+            source, methods=methods, protocol=protocol, params=params, dtype=dtype,
+            backend=backend, chunk_rows=chunk_rows, observation_noise=observation_noise,
+            math=math, check=check,
+        ):
+            cols = {"trajectory_id": batch.ids, **scores}
+            for extra in ("question_id", "protocol", "correct"):
+                if extra in batch.table.column_names:
+                    cols[extra] = batch.column(extra)
+            tables.append(pa.table(cols))
     return pa.concat_tables(tables)
 
 
-def score_file(
+def _score_file(
     input,
     output: str | os.PathLike,
     *,
@@ -1072,6 +1077,31 @@ def score_file(
         if kept_protocol and sum(map(len, kept_protocol)) == report.n_rows:
             report.protocol = np.concatenate(kept_protocol)
     return report
+
+
+
+def score_file(input, output: str | os.PathLike, *, device: str | None = None,
+               **kwargs) -> ScoreReport:
+    from fastuq.engine.runtime import device_scope
+
+    with device_scope(device):
+        return _score_file(input, output, **kwargs)
+
+
+def _with_device_doc() -> None:
+    """``score_file`` shows ``_score_file``'s signature and docstring, plus ``device``."""
+    import inspect
+
+    sig = inspect.signature(_score_file)
+    device = inspect.Parameter("device", inspect.Parameter.KEYWORD_ONLY, default=None,
+                               annotation="str | None")
+    score_file.__signature__ = sig.replace(parameters=[*sig.parameters.values(), device])
+    score_file.__doc__ = (_score_file.__doc__ or "") + (
+        "\n    device: ``\"cpu\"``, ``\"gpu\"`` or ``\"auto\"``/``None`` (JAX's default "
+        "backend, a GPU when there is one): where the kernels run.\n")
+
+
+_with_device_doc()
 
 
 def _score_writer(output: Path, schema: pa.Schema) -> AtomicParquetWriter:
