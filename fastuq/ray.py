@@ -1002,19 +1002,10 @@ def score_to_folder(
         input, or exists holding anything but Parquet files.
     """
     from fastuq.engine.errors import TooManySkipped
+    from fastuq.engine.scoring import check_skip_options
 
     start = time.perf_counter()
-    if on_error not in ("raise", "skip"):
-        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-    if skipped_path is not None and on_error != "skip":
-        raise ValueError("skipped_path (--skipped) is only written with on_error='skip' "
-                         "(--on-error skip)")
-    if max_skip_fraction is not None:
-        if on_error != "skip":
-            raise ValueError("max_skip_fraction (--max-skip-fraction) only applies with "
-                             "on_error='skip' (--on-error skip)")
-        if not 0 <= max_skip_fraction <= 1:
-            raise ValueError(f"max_skip_fraction must be in [0, 1], got {max_skip_fraction}")
+    check_skip_options(on_error, skipped_path, max_skip_fraction)
     output = Path(output)
     side = None
     if on_error == "skip":

@@ -686,6 +686,23 @@ def score_checked_chunk(
     return None, resolved
 
 
+def check_skip_options(on_error: str, skipped_path, max_skip_fraction: float | None) -> None:
+    """The checks of ``on_error``, ``skipped_path`` and ``max_skip_fraction`` that
+    :func:`score_file` and :func:`fastuq.ray.score_to_folder` share (ValueError naming the
+    option)."""
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    if skipped_path is not None and on_error != "skip":
+        raise ValueError("skipped_path (--skipped) is only written with on_error='skip' "
+                         "(--on-error skip)")
+    if max_skip_fraction is not None:
+        if on_error != "skip":
+            raise ValueError("max_skip_fraction (--max-skip-fraction) only applies with "
+                             "on_error='skip' (--on-error skip)")
+        if not 0 <= max_skip_fraction <= 1:
+            raise ValueError(f"max_skip_fraction must be in [0, 1], got {max_skip_fraction}")
+
+
 def check_mode(check: str) -> None:
     """ValueError unless ``check`` is one of :data:`CHECKS`."""
     if check not in CHECKS:
@@ -974,18 +991,8 @@ def _score_file(
 
     from fastuq.io.readers import count_rows
 
-    if on_error not in ("raise", "skip"):
-        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    check_skip_options(on_error, skipped_path, max_skip_fraction)
     check_mode(check)
-    if skipped_path is not None and on_error != "skip":
-        raise ValueError("skipped_path (--skipped) is only written with on_error='skip' "
-                         "(--on-error skip)")
-    if max_skip_fraction is not None:
-        if on_error != "skip":
-            raise ValueError("max_skip_fraction (--max-skip-fraction) only applies with "
-                             "on_error='skip' (--on-error skip)")
-        if not 0 <= max_skip_fraction <= 1:
-            raise ValueError(f"max_skip_fraction must be in [0, 1], got {max_skip_fraction}")
     output = Path(output)
     side = None
     if on_error == "skip":
