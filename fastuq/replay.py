@@ -64,6 +64,7 @@ __all__ = [
     "replay",
     "round_outcomes",
     "stop_rounds",
+    "uaad_grid_sums",
 ]
 
 POLICIES = ("fixed", "uaad", "uaad_route", "bccs", "trace")
@@ -166,6 +167,7 @@ def round_outcomes(batch, calls: str = "team") -> Outcomes:
     import pyarrow.compute as pc
 
     from fastuq.answers import check_coded
+    from fastuq.signals.risk import class_votes
 
     if calls not in CALLS:
         raise ValueError(f"calls must be one of {CALLS}, got {calls!r}")
@@ -175,11 +177,7 @@ def round_outcomes(batch, calls: str = "team") -> Outcomes:
                              f"answer of every round is checked against the reference)")
     cls, round_mask = batch.answer_classes()
     answers, classes = batch.vote_classes()
-    votes = cls >= 0
-    count = np.zeros(cls.shape, np.int8 if cls.shape[2] < 128 else np.int32)
-    for b in range(cls.shape[2]):
-        count += (cls == cls[:, :, b:b + 1]) & votes[:, :, b:b + 1]
-    count *= votes
+    count = class_votes(cls)
     top = np.argmax(count, axis=2)[..., None]  # the first slot of the modal class: ties to
     winner = np.take_along_axis(cls, top, axis=2)[..., 0]  # the lowest slot; -1: no vote
 
@@ -317,6 +315,35 @@ def grid_sums(g: np.ndarray, active: np.ndarray, first: np.ndarray, cap: np.ndar
     return out
 
 
+def uaad_grid_sums(g: np.ndarray, agreement: np.ndarray, mask: np.ndarray, cap: np.ndarray,
+                   taus: np.ndarray, eps: np.ndarray) -> np.ndarray:
+    """UAAD's consensus stop over the grid ``taus x eps`` (each sorted ascending): sums of
+    each metric of ``g [K, T, N]`` at every point, ``[K, len(taus), len(eps)]``.
+
+    Round ``t >= 1`` stops at ``(tau, eps)`` when ``agreement[t] >= tau`` and
+    ``|agreement[t] - agreement[t-1]| <= eps`` (with the uaad kernel's slack of
+    :data:`~fastuq.kernels.uaad.MOVED_SLACK_ULPS` ulps, in float64); else the stop is ``cap``.
+    Trajectories are grouped by their stop pattern (:func:`_distinct_patterns`), then one
+    :func:`grid_sums` pass per ``tau``."""
+    from fastuq.kernels.uaad import MOVED_SLACK_ULPS
+
+    agreement = np.asarray(agreement, np.float64)
+    n_t, n = agreement.shape
+    slack = MOVED_SLACK_ULPS * np.finfo(np.float64).eps
+    moved = np.full((n_t, n), np.inf)
+    if n_t > 1:
+        moved[1:] = np.abs(agreement[1:] - agreement[:-1])
+    first = np.searchsorted(eps + slack, moved, side="left")
+    # round t can stop for taus[i] iff i < reach[t] (taus[i] <= C_t)
+    t_idx = np.arange(n_t)[:, None]
+    reach = np.where(mask & (t_idx >= 1), np.searchsorted(taus, agreement, side="right"), 0)
+    reach, first, cap, g = _distinct_patterns(reach, first, cap, g)
+    out = np.empty((g.shape[0], taus.size, eps.size))
+    for i in range(taus.size):
+        out[:, i, :] = grid_sums(g, reach > i, first, cap, eps.size)
+    return out
+
+
 def stop_rounds(active: np.ndarray, first: np.ndarray, cap: np.ndarray, j: int) -> np.ndarray:
     """The direct evaluation of one grid point ``j`` (see :func:`grid_sums`): ``[N]`` stop
     rounds. For tests and single points; :func:`grid_sums` evaluates whole grids."""
@@ -419,7 +446,6 @@ def replay(
     from fastuq.engine.registry import get_estimator
     from fastuq.engine.runner import run_estimator_rounds
     from fastuq.engine.scoring import iter_scores
-    from fastuq.kernels.uaad import MOVED_SLACK_ULPS
 
     pols = [p if isinstance(p, Policy) else Policy(str(p)) for p in policies]
     if not pols:
@@ -467,13 +493,7 @@ def replay(
             fixed_sums[r - 1] = fixed_sums[r - 1] + _gather(g_team, stop)
         full = _gather(g_team, out.last)
         full_sum = full if full_sum is None else full_sum + full
-        agreement = batch.rounds("agreement")[0].astype(np.float64)
-        mask = batch.rounds("agreement")[1]
-        t_idx = np.arange(n_t)[:, None]
-        slack = MOVED_SLACK_ULPS * np.finfo(np.float64).eps  # as the uaad kernel
-        moved = np.full((n_t, n), np.inf)
-        if n_t > 1:
-            moved[1:] = np.abs(agreement[1:] - agreement[:-1])
+        agreement, mask = batch.rounds("agreement")
         for k, p in enumerate(pols):
             if p.name == "fixed":
                 continue
@@ -492,15 +512,8 @@ def replay(
                                               for key in agents_key])
                     cap = np.minimum(out.last, np.floor(r_cap).astype(np.int64))
                     g = _metric_stack(out, agents)
-                first = np.searchsorted(eps + slack, moved, side="left")
-                # round t can stop for tau_c[i] iff i < reach[t] (tau_c[i] <= C_t)
-                reach = np.where(mask & (t_idx >= 1),
-                                 np.searchsorted(taus, agreement, side="right"), 0)
-                reach, first, cap, g = _distinct_patterns(reach, first, cap, g)
-                part = np.empty((len(_METRICS), taus.size, eps.size))
-                for i in range(taus.size):
-                    part[:, i, :] = grid_sums(g, reach > i, first, cap, eps.size)
-                part = part.reshape(len(_METRICS), -1)
+                part = uaad_grid_sums(g, agreement, mask, cap, taus, eps).reshape(
+                    len(_METRICS), -1)
             elif p.name == "bccs":
                 ff = scores["bccs_first_full"]
                 stop = np.where(ff >= 0, ff, out.last).astype(np.int64)

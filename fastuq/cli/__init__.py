@@ -79,18 +79,15 @@ def main(argv: list[str] | None = None) -> int:
     device = getattr(args, "device", "auto")
     if device == "auto":  # no JAX import here (fastuq --help and import stay light)
         return run(args)
-    from fastuq.engine.runtime import device_scope
+    from fastuq.engine.runtime import check_device, device_scope
 
     try:
-        scope = device_scope(device)
-        scope.__enter__()
+        check_device(device)
     except ValueError as exc:
         print(f"fastuq {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    try:
+    with device_scope(device):
         return run(args)
-    finally:
-        scope.__exit__(None, None, None)
 
 
 if __name__ == "__main__":

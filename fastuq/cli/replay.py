@@ -16,20 +16,14 @@ from fastuq.cli import positive_int
 
 
 def grid(text: str) -> list[float]:
-    """argparse type: ``LO:HI:N`` (N evenly spaced values, ends included) or a comma list."""
-    try:
-        if ":" in text:
-            lo, hi, n = text.split(":")
-            count = int(n)
-            if count < 1:
-                raise ValueError
-            import numpy as np
+    """argparse type: ``LO:HI:N`` (N evenly spaced values, ends included), a comma list or
+    one number (:func:`fastuq.sweeps.parse_values`, as ``fastuq sweep`` reads its grids)."""
+    from fastuq.sweeps import parse_values
 
-            return np.linspace(float(lo), float(hi), count).tolist()
-        return [float(x) for x in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected LO:HI:N or a comma-separated list of numbers, got {text!r}") from None
+    try:
+        return parse_values(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_parser(sub) -> None:

@@ -29,8 +29,8 @@ from fastuq.engine.errors import RecordError
 from fastuq.io.arrow_lists import combined, list_lengths, offsets
 from fastuq.io.pack import pack_offsets
 
-__all__ = ["DEFAULT_ENTROPY_MAX", "STEP_COLUMNS", "pair_disagreement", "round_risk_derived",
-           "round_risk_from_steps"]
+__all__ = ["DEFAULT_ENTROPY_MAX", "STEP_COLUMNS", "class_votes", "pair_disagreement",
+           "round_risk_derived", "round_risk_from_steps"]
 
 #: The step-signal columns, in the order of the weights ``(w_h, w_q, w_d)``.
 STEP_COLUMNS = ("step_h", "step_q", "step_d")
@@ -141,15 +141,22 @@ def _where(owner: tuple[int, ...]) -> str:
     return (", " + ", ".join(parts)) if parts else ""
 
 
+def class_votes(answer_class: np.ndarray) -> np.ndarray:
+    """``[T, N, A]`` int32: the votes of the class each slot voted for (the slot's own
+    included), 0 where the slot cast no vote; ``answer_class [T, N, A]``, -1: no vote."""
+    cls = np.asarray(answer_class)
+    votes = cls >= 0
+    count = np.zeros(cls.shape, np.int32)
+    for b in range(cls.shape[2]):
+        count += (cls == cls[:, :, b:b + 1]) & votes[:, :, b:b + 1]
+    return count * votes
+
+
 def pair_disagreement(answer_class: np.ndarray) -> np.ndarray:
     """``d [T, N]``: the share of pairs of a round's answering agents whose vote classes
     differ, from ``answer_class [T, N, A]`` (-1: no vote); 0 with fewer than two votes."""
-    cls = np.asarray(answer_class)
-    votes = cls >= 0
-    same = np.zeros(cls.shape, np.int64)  # per slot: the other voters in its class
-    for b in range(cls.shape[2]):
-        same += (cls == cls[:, :, b:b + 1]) & votes & votes[:, :, b:b + 1]
-    m = votes.sum(axis=2)
+    same = class_votes(answer_class)
+    m = (np.asarray(answer_class) >= 0).sum(axis=2)
     pairs_same = (same.sum(axis=2) - m) / 2.0  # minus the slot itself
     pairs = m * (m - 1) / 2.0
     with np.errstate(invalid="ignore", divide="ignore"):
