@@ -48,6 +48,7 @@ __all__ = [
     "check_expectations",
     "drop_skipped",
     "evaluation_table",
+    "evaluation_tables",
     "expected_metrics",
     "format_table",
     "join_labels",
@@ -86,6 +87,13 @@ _HEADERS = {
 
 def _score_columns(scores: Any) -> Any:
     """Drop the :data:`_NOT_SCORES` columns from a table or mapping of scores."""
+    from fastuq.metrics.inputs import ScoreColumns
+
+    if isinstance(scores, ScoreColumns):
+        keep = [j for j, name in enumerate(scores.names) if name not in _NOT_SCORES]
+        if len(keep) == len(scores.names):
+            return scores
+        return ScoreColumns(scores.x[:, keep], [scores.names[j] for j in keep])
     if isinstance(scores, pl.DataFrame):
         return scores.drop([c for c in _NOT_SCORES if c in scores.columns])
     if isinstance(scores, pa.Table):
@@ -144,6 +152,45 @@ def evaluation_table(
             "n": pl.Series(out["n"], dtype=pl.Int64),
         }
     )
+
+
+def _frame(out: Mapping[str, np.ndarray], metrics: Sequence[str]) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "estimator": pl.Series(out["name"].tolist(), dtype=pl.String),
+            **{m: pl.Series(out[m], dtype=pl.Float64) for m in metrics},
+            "accuracy": pl.Series(out["accuracy"], dtype=pl.Float64),
+            "n": pl.Series(out["n"], dtype=pl.Int64),
+        }
+    )
+
+
+def evaluation_tables(
+    labels: Any,
+    scores: Mapping[str, Any] | pa.Table | pl.DataFrame,
+    groups: Any,
+    *,
+    metrics: Sequence[str] = METRICS,
+    n_folds: int = 5,
+    seed: int = 0,
+    C: float | None = 1.0,
+    n_bins: int = 15,
+) -> tuple[pl.DataFrame, dict[str, pl.DataFrame]]:
+    """:func:`evaluation_table` of all rows and of each group's rows: ``(pooled, {group:
+    table})``, groups sorted (``fastuq eval --by protocol``).
+
+    ``groups [N]``: a group label per row (NumPy, pyarrow or Polars, e.g. the corpus's
+    ``protocol`` column). Each group's table equals :func:`evaluation_table` of that group's
+    rows; the rank metrics of all of them come from one sort per score column
+    (:func:`fastuq.metrics.evaluate_groups`).
+    """
+    from fastuq.metrics import evaluate_groups
+
+    pooled, per_group = evaluate_groups(
+        _labels_array(labels), _score_columns(scores), groups, metrics=metrics,
+        n_folds=n_folds, seed=seed, C=C, n_bins=n_bins,
+    )
+    return _frame(pooled, metrics), {k: _frame(v, metrics) for k, v in per_group.items()}
 
 
 def _cell(value: Any, column: str, percent: bool, thousands: bool) -> str:

@@ -90,9 +90,13 @@ def _label_array(table, source: str):
     if col.null_count == len(col):
         raise ValueError(f"{source}: no labels: every 'correct' value is null")
     if col.null_count:
-        k = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+        if "trajectory_id" in table.column_names:
+            k = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+            name = table.column("trajectory_id")[k].as_py()
+        else:  # fastuq eval keeps no ids: score_corpus noted the first unlabelled one
+            name = (table.schema.metadata or {})[cs.UNLABELLED_KEY.encode()].decode()
         raise ValueError(
-            f"trajectory {table.column('trajectory_id')[k].as_py()!r} has no label "
+            f"trajectory {name!r} has no label "
             f"(field correct is null; {col.null_count} unlabelled)"
         )
     return col.to_numpy().astype(bool)
@@ -111,7 +115,8 @@ def _check_has_label_field(source: Path) -> None:
 
 
 def _evaluate(args, source: Path, methods, metrics, info: dict):
-    """(labels, scores mapping or frame, methods used, protocol per row); ``info`` gets
+    """(labels, scores mapping or frame, methods used, protocol column (Arrow or Polars) or
+    None); ``info`` gets
     ``skipped`` (count) and ``skipped_list`` (path) when records were left out."""
     from fastuq import evaluation as ev
 
@@ -134,22 +139,23 @@ def _evaluate(args, source: Path, methods, metrics, info: dict):
             labels = kept
         joined = ev.join_labels(labels, scores)
         names = [c for c in scores.columns if c != "trajectory_id"]
-        groups = joined["protocol"].to_numpy() if "protocol" in joined.columns else None
+        groups = joined["protocol"] if "protocol" in joined.columns else None
         return joined["correct"].to_numpy(), joined.select(names), names, groups
 
     import fastuq
-    from fastuq.engine.runtime import use_cpu_devices
+    from fastuq.engine.runtime import tune_allocator, use_cpu_devices
 
     cs.check_skip_args(args)
     _check_has_label_field(source)
     backend = args.backend or "jax"
     if backend == "jax":
         use_cpu_devices(None, strict=False)
+    tune_allocator()  # as fastuq score: chunk arrays reuse their pages
     params, per_protocol = cs.sauce_overrides(args)
     table, skipped, listing = cs.score_from_args(
         args, source, methods or ["sauce"], protocol=args.protocol,
         dtype=args.dtype or "float64", backend=backend, chunk_rows=args.chunk_rows,
-        params=params,
+        params=params, keep=("protocol", "correct"),
     )
     if listing is not None:
         info["skipped"] = len(skipped)
@@ -159,11 +165,18 @@ def _evaluate(args, source: Path, methods, metrics, info: dict):
                   table["protocol"].unique().to_pylist() if "protocol" in table.column_names
                   else [])
         cs.report_params("fastuq eval", per_protocol, protos, args.params)
+    from fastuq.engine.runtime import release_memory
+    from fastuq.metrics.inputs import ScoreColumns
+
     labels = _label_array(table, str(source))
     names = [c for c in table.column_names if c in fastuq.ESTIMATORS]
-    groups = (table["protocol"].to_numpy(zero_copy_only=False)
-              if "protocol" in table.column_names else None)
-    return labels, table.select(names), names, groups
+    groups = table["protocol"] if "protocol" in table.column_names else None
+    # one float matrix of the scores; the scored table (ids and all) is dropped here, so
+    # the metrics run with the scores in memory once
+    scores = ScoreColumns.from_table(table.select(names))
+    del table
+    release_memory()
+    return labels, scores, names, groups
 
 
 def run(args: argparse.Namespace) -> int:
@@ -194,18 +207,13 @@ def run(args: argparse.Namespace) -> int:
             metrics += [m for m in ev.expected_metrics(expected) if m not in metrics]
         info: dict = {}
         labels, scores, names, groups = _evaluate(args, source, methods, metrics, info)
-        table = ev.evaluation_table(labels, scores, metrics=metrics)
         by_group = {}
         if args.by == "protocol":
             if groups is None:
                 raise ValueError(f"{source}: --by protocol needs a protocol column")
-            import polars as pl
-
-            frame = scores if isinstance(scores, pl.DataFrame) else pl.from_arrow(scores)
-            for name in sorted(set(groups.tolist())):
-                keep = groups == name
-                by_group[name] = ev.evaluation_table(labels[keep], frame.filter(pl.Series(keep)),
-                                                     metrics=metrics)
+            table, by_group = ev.evaluation_tables(labels, scores, groups, metrics=metrics)
+        else:
+            table = ev.evaluation_table(labels, scores, metrics=metrics)
         plots = ev.write_plots(labels, scores, args.plots) if args.plots else []
     except (ValueError, FileNotFoundError, ImportError) as exc:
         return cs.fail("fastuq eval", exc)

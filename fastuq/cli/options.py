@@ -373,6 +373,11 @@ def report_params(prog: str, per_protocol: Mapping[str, Mapping[str, float]] | N
         print(f"{prog}: protocol {p!r} is not in {source}: its preset is used")
 
 
+#: Schema metadata key of :func:`score_corpus`'s table: the id of the first trajectory
+#: whose ``correct`` is null, when the ids themselves are not kept.
+UNLABELLED_KEY = "fastuq.first_unlabelled"
+
+
 def score_corpus(
     source,
     methods,
@@ -386,11 +391,16 @@ def score_corpus(
     on_error: str = "raise",
     progress: Callable[[int, int | None], None] | None = None,
     check: str = "corpus",
+    keep: Sequence[str] = ("trajectory_id", "question_id", "protocol", "correct"),
 ):
     """Score ``source`` in memory like :func:`fastuq.score` (same columns), through
     :func:`fastuq.engine.scoring.iter_scores` so that ``on_error="skip"`` and progress work:
-    ``(table, skipped records)``."""
+    ``(table, skipped records)``. ``keep``: the corpus columns kept beside the scores (those
+    present; ``fastuq eval`` keeps only ``protocol``, dictionary-encoded, and ``correct``,
+    so 1e7 scored trajectories hold no id strings)."""
+    import numpy as np
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     from fastuq.engine.scoring import iter_scores
     from fastuq.io.readers import count_rows
@@ -399,19 +409,31 @@ def score_corpus(
     skipped: list[Skipped] = []
     tables = []
     done = 0
+    first_unlabelled = None  # id of the first null label, when ids are not kept
     for batch, scores in iter_scores(
         source, methods=methods, protocol=protocol, params=params, dtype=dtype,
         backend=backend, chunk_rows=chunk_rows, observation_noise=observation_noise,
         on_error=on_error, skipped=skipped if on_error == "skip" else None, check=check,
     ):
-        cols = {"trajectory_id": batch.ids, **scores}
+        cols = {"trajectory_id": batch.ids} if "trajectory_id" in keep else {}
+        cols.update(scores)
         for extra in ("question_id", "protocol", "correct"):
-            if extra in batch.table.column_names:
+            if extra in keep and extra in batch.table.column_names:
                 cols[extra] = batch.column(extra)
+                if extra == "protocol" and "trajectory_id" not in keep:
+                    cols[extra] = pc.dictionary_encode(cols[extra])
+                if (extra == "correct" and "trajectory_id" not in keep
+                        and first_unlabelled is None and cols[extra].null_count):
+                    k = int(np.flatnonzero(cols[extra].is_null().to_numpy(
+                        zero_copy_only=False))[0])
+                    first_unlabelled = str(batch.ids[k].as_py())
         tables.append(pa.table(cols))
         done += batch.n
         if progress is not None:
             progress(done + len(skipped), total)
     if not tables:
         raise ValueError(f"{source}: no record left to score ({len(skipped)} skipped)")
-    return pa.concat_tables(tables), skipped
+    table = pa.concat_tables(tables)
+    if first_unlabelled is not None:
+        table = table.replace_schema_metadata({UNLABELLED_KEY: first_unlabelled})
+    return table, skipped

@@ -85,6 +85,23 @@ def tune_allocator() -> bool:
         return False
 
 
+def release_memory() -> None:
+    """Hand the memory that Arrow's pool and glibc's malloc keep for reuse back to the
+    system (between the phases of a command, e.g. after ``fastuq eval`` has scored)."""
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
+    import platform
+
+    if platform.libc_ver()[0] == "glibc":
+        try:
+            import ctypes
+
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):
+            pass
+
+
 def use_cpu_devices(n: int | None = None, *, strict: bool = True) -> int:
     """Split the host CPU into ``n`` XLA devices (default: one per core), so that fastuq's
     kernels shard each batch across them and use every core.

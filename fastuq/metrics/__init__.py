@@ -35,8 +35,8 @@ from fastuq.metrics.inputs import (
     check_finite,
     warn_single_class,
 )
-from fastuq.metrics.platt import PlattConvergenceWarning, oof_platt
-from fastuq.metrics.rank import RANK_METRICS, rank_metrics
+from fastuq.metrics.platt import PlattConvergenceWarning, oof_briers, oof_platt
+from fastuq.metrics.rank import RANK_METRICS, rank_metrics, rank_metrics_rows
 
 __all__ = [
     "METRICS",
@@ -47,6 +47,7 @@ __all__ = [
     "brier_platt",
     "ece",
     "evaluate",
+    "evaluate_groups",
     "platt_oof_probabilities",
     "prr",
 ]
@@ -131,25 +132,34 @@ def _check_platt_args(n_folds: int, C: float | None) -> None:
         raise ValueError(f"C must be positive, or None / inf for no penalty; got {C!r}")
 
 
-def _platt_or_nan(
-    metric: str, y: np.ndarray, x: np.ndarray, n_folds: int, seed: int, C: float | None
-) -> np.ndarray | None:
-    """Out-of-fold probabilities ``[N, C]``, or None (after a warning) when undefined."""
+def _platt_defined(metric: str, y: np.ndarray, x: np.ndarray, n_folds: int,
+                   C: float | None) -> bool:
+    """Whether out-of-fold fits are defined (both classes, at least 2 rows each); warns
+    when not."""
     _check_platt_args(n_folds, C)
     p = int(np.count_nonzero(y))
     n = y.shape[0]
     if warn_single_class(metric, p, n):
-        return None
+        return False
     if min(p, n - p) < 2:
         warnings.warn(
             f"{metric} needs at least 2 rows of each class for out-of-fold fits (got {p} "
             f"correct of {n}); returning NaN",
             UndefinedMetricWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
+        return False
+    return True
+
+
+def _platt_or_nan(
+    metric: str, y: np.ndarray, x: np.ndarray, n_folds: int, seed: int, C: float | None
+) -> np.ndarray | None:
+    """Out-of-fold probabilities ``[N, C]``, or None (after a warning) when undefined."""
+    if not _platt_defined(metric, y, x, n_folds, C):
         return None
     if x.shape[1] == 0:
-        return np.empty((n, 0))
+        return np.empty((y.shape[0], 0))
     return oof_platt(y, x, n_folds=n_folds, seed=seed, C=C)
 
 
@@ -296,13 +306,129 @@ def evaluate(
                 warn_single_class(m.upper(), n_pos, n)
         out.update(rank_metrics(y, x, rank_wanted))
     if "brier_platt" in metrics or "ece" in metrics:
-        prob = _platt_or_nan("Platt scaling (Brier-Platt, ECE)", y, x, n_folds, seed, C)
-        if prob is None:
-            nan = np.full(c, np.nan)
-            out.update({m: nan.copy() for m in ("brier_platt", "ece") if m in metrics})
+        if _platt_defined("Platt scaling (Brier-Platt, ECE)", y, x, n_folds, C):
+            brier, ece_values = oof_briers(y, x, n_folds=n_folds, seed=seed, C=C,
+                                           n_bins=int(n_bins))
+            out.update({"brier_platt": brier, "ece": ece_values})
         else:
-            if "brier_platt" in metrics:
-                out["brier_platt"] = _brier(y, prob)
-            if "ece" in metrics:
-                out["ece"] = ece_matrix(y, prob, int(n_bins))
+            nan = np.full(c, np.nan)
+            out.update({m: nan.copy() for m in ("brier_platt", "ece")})
     return {k: out[k] for k in ("name", "n", "accuracy", *metrics)}
+
+
+def group_codes(groups: ArrayLike, n: int) -> tuple[np.ndarray, list[str]]:
+    """``(codes [N] int32, names)`` of a group label per row (NumPy, pyarrow or Polars;
+    strings or numbers), names sorted; one hash pass for Arrow and Polars columns."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    module = type(groups).__module__ or ""
+    if module.startswith("polars"):
+        groups = groups.to_arrow()
+    if not isinstance(groups, pa.Array | pa.ChunkedArray):
+        groups = pa.array(np.asarray(groups).astype(str))
+    if len(groups) != n:
+        raise ValueError(f"length mismatch: groups have {len(groups)} rows but labels have {n}")
+    if groups.null_count:
+        raise ValueError(f"groups hold {groups.null_count} null value(s); every row needs one")
+    enc = pc.dictionary_encode(groups.cast(pa.string()))
+    if isinstance(enc, pa.ChunkedArray):
+        enc = enc.unify_dictionaries().combine_chunks() if enc.num_chunks else pa.array(
+            [], pa.dictionary(pa.int32(), pa.string()))
+    names = enc.dictionary.to_pylist()
+    order = np.argsort(np.array(names, dtype=object), kind="stable") if names else \
+        np.empty(0, np.int64)
+    rank = np.empty(len(names), np.int32)
+    rank[order] = np.arange(len(names), dtype=np.int32)
+    codes = rank[enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)] if n else \
+        np.empty(0, np.int32)
+    return codes, [names[i] for i in order]
+
+
+def evaluate_groups(
+    labels: ArrayLike,
+    scores: ArrayLike,
+    groups: ArrayLike,
+    *,
+    metrics: Sequence[str] = METRICS,
+    names: Sequence[str] | None = None,
+    n_folds: int = 5,
+    seed: int = 0,
+    C: float | None = 1.0,
+    n_bins: int = 15,
+) -> tuple[dict[str, np.ndarray], dict[str, dict[str, np.ndarray]]]:
+    """:func:`evaluate` of all rows and of each group's rows (e.g. each protocol): ``(pooled,
+    {group: table})``, groups in sorted order, each table what :func:`evaluate` gives for
+    that group's rows alone (its own folds for Brier-Platt and ECE).
+
+    ``groups [N]``: a group label per row (NumPy, pyarrow or Polars; no nulls). The rank
+    metrics of every group come from the pooled sort of each column (a stable order
+    restricted to a subset is the subset's stable order), so grouping adds no sort.
+    """
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown:
+        raise ValueError(f"unknown metric(s) {unknown}; known: {list(METRICS)}")
+    _check_n_bins(n_bins)
+    _check_platt_args(n_folds, C)
+    y = as_labels(labels)
+    x, was_1d, col_names = as_score_matrix(scores, y.shape[0])
+    n, c = x.shape
+    if names is not None:
+        col_names = [str(s) for s in names]
+        if len(col_names) != c:
+            raise ValueError(f"names has {len(col_names)} entries for {c} score columns")
+    elif col_names is None:
+        col_names = ["score"] if was_1d else [f"score_{j}" for j in range(c)]
+    check_finite(x, col_names)
+    codes, group_names = group_codes(groups, n)
+    members = [codes == g for g in range(len(group_names))]
+
+    rank_wanted = tuple(m for m in metrics if m in RANK_METRICS)
+    pooled_rank: dict[str, np.ndarray] = {}
+    group_rank: dict[str, np.ndarray] = {}
+    if rank_wanted and c:
+        # float64 columns: one at a time (Polars' arg_sort of each uses every core; two
+        # columns at once would double the sort temporaries, about 0.5 GB per 1e7 rows)
+        threads = 1 if x.dtype == np.float64 and n >= 1 << 20 else None
+        pooled_rank, group_rank = rank_metrics_rows(y, x.T, rank_wanted, subsets=members,
+                                                    threads=threads)
+        if y.shape[0] and not (0 < np.count_nonzero(y) < n):  # as rank_metrics: single class
+            for m in rank_wanted:
+                if m != "auarc":
+                    pooled_rank[m][:] = np.nan
+
+    def table(yg: np.ndarray, xg: np.ndarray | None, rank: dict[str, np.ndarray]):
+        ng = yg.shape[0]
+        n_pos = int(np.count_nonzero(yg))
+        out: dict[str, np.ndarray] = {
+            "name": np.array(col_names, dtype=str),
+            "n": np.full(c, ng, np.int64),
+            "accuracy": np.full(c, n_pos / ng),
+        }
+        for m in rank_wanted:
+            if m != "auarc":
+                warn_single_class(m.upper(), n_pos, ng)
+            out[m] = rank[m] if c else np.full(c, np.nan)
+            if m != "auarc" and (n_pos == 0 or n_pos == ng):
+                out[m] = np.full(c, np.nan)
+        if "brier_platt" in metrics or "ece" in metrics:
+            if c and _platt_defined("Platt scaling (Brier-Platt, ECE)", yg, x, n_folds, C):
+                brier, ece_values = oof_briers(yg, xg, n_folds=n_folds, seed=seed, C=C,
+                                               n_bins=int(n_bins))
+                out.update({"brier_platt": brier, "ece": ece_values})
+            else:
+                out.update({m: np.full(c, np.nan) for m in ("brier_platt", "ece")})
+        return {k: out[k] for k in ("name", "n", "accuracy", *metrics)}
+
+    pooled = table(y, x, pooled_rank)
+    per_group = {}
+    for g, name in enumerate(group_names):
+        keep = members[g]
+        xg = None
+        if "brier_platt" in metrics or "ece" in metrics:
+            xg = np.empty((c, int(np.count_nonzero(keep))), x.dtype).T  # column-major
+            for j in range(c):
+                xg[:, j] = x[keep, j]
+        per_group[name] = table(y[keep], xg,
+                                {m: group_rank[m][:, g] for m in rank_wanted} if c else {})
+    return pooled, per_group

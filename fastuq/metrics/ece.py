@@ -15,9 +15,18 @@ def bin_edges(n_bins: int) -> np.ndarray:
 
 def bin_index(prob: np.ndarray, n_bins: int) -> np.ndarray:
     """Bin (intp, the shape of ``prob``) of each probability in [0, 1]: bin ``i`` is
-    ``[i/n_bins, (i+1)/n_bins)`` (edges :func:`bin_edges`), the last bin closed."""
-    idx = np.searchsorted(bin_edges(n_bins), prob, side="right") - 1
-    np.minimum(idx, n_bins - 1, out=idx)
+    ``[i/n_bins, (i+1)/n_bins)`` (edges :func:`bin_edges`), the last bin closed.
+
+    ``floor(prob * n_bins)``, then moved by one where rounding put a probability on the
+    wrong side of an edge, so the bins are exactly those of ``searchsorted`` on the edges
+    (tested), in a few elementwise passes."""
+    prob = np.asarray(prob, np.float64)
+    idx = np.multiply(prob, n_bins).astype(np.intp)  # floor for prob >= 0
+    np.clip(idx, 0, n_bins - 1, out=idx)
+    # edges[i] is i / n_bins (bin_edges computes it so): compare without a gather
+    idx -= prob < idx / n_bins
+    np.maximum(idx, 0, out=idx)
+    idx += (prob >= (idx + 1) / n_bins) & (idx < n_bins - 1)
     return idx
 
 

@@ -49,18 +49,36 @@ def as_labels(labels: Any) -> np.ndarray:
     return y == 1
 
 
-def _table_columns(scores: Any) -> tuple[list[str], list[np.ndarray]] | None:
-    """Columns of a Polars DataFrame or pyarrow Table, or None for anything else."""
+def _table_columns(scores: Any) -> tuple[list[str], Any] | None:
+    """Names and a lazy sequence of the columns (NumPy ``[N]``, converted when read) of a
+    Polars DataFrame or pyarrow Table, or None for anything else."""
     module = type(scores).__module__ or ""
     if module.startswith("polars") and hasattr(scores, "get_columns"):
-        names = list(scores.columns)
-        cols = [s.to_numpy() for s in scores.get_columns()]
-        return names, cols
+        series = scores.get_columns()
+        return list(scores.columns), _Lazy(len(series), lambda j: series[j].to_numpy())
     if module.startswith("pyarrow") and hasattr(scores, "column_names"):
-        names = list(scores.column_names)
-        cols = [scores.column(i).to_numpy(zero_copy_only=False) for i in range(len(names))]
-        return names, cols
+        return list(scores.column_names), _Lazy(
+            scores.num_columns,
+            lambda j: scores.column(j).to_numpy(zero_copy_only=False))
     return None
+
+
+class _Lazy:
+    """A sequence whose items are converted on access (one column in memory at a time)."""
+
+    def __init__(self, n: int, get) -> None:
+        self._n, self._get = n, get
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, j: int) -> np.ndarray:
+        if not 0 <= j < self._n:
+            raise IndexError(j)
+        return self._get(j)
+
+    def __iter__(self):
+        return (self._get(j) for j in range(self._n))
 
 
 def _as_float(x: np.ndarray) -> np.ndarray:
@@ -74,6 +92,33 @@ def _as_float(x: np.ndarray) -> np.ndarray:
         raise ValueError(f"scores must be numeric, got dtype {x.dtype}") from err
 
 
+class ScoreColumns(Mapping):
+    """Score columns kept as one column-major matrix: a read-only mapping name -> ``[N]``
+    column view of ``x [N, C]`` that :func:`as_score_matrix` takes as it is (no copy), so a
+    caller can drop the table the scores came from before the metrics run."""
+
+    def __init__(self, x: np.ndarray, names: Sequence[str]) -> None:
+        if x.ndim != 2 or x.shape[1] != len(names):
+            raise ValueError(f"{len(names)} names for a score matrix of shape {x.shape}")
+        self.x = x
+        self.names = [str(n) for n in names]
+
+    @classmethod
+    def from_table(cls, table: Any) -> ScoreColumns:
+        """The columns of a pyarrow Table or Polars DataFrame, converted one at a time."""
+        x, _, names = as_score_matrix(table, len(table))
+        return cls(x, names or [])
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.x[:, self.names.index(name)]
+
+    def __iter__(self):
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
 def as_score_matrix(
     scores: Any, n: int, *, what: str = "scores"
 ) -> tuple[np.ndarray, bool, list[str] | None]:
@@ -85,6 +130,11 @@ def as_score_matrix(
     Finiteness is checked separately by :func:`check_finite`.
     """
     names: list[str] | None = None
+    if isinstance(scores, ScoreColumns):
+        if scores.x.shape[0] != n:
+            raise ValueError(f"length mismatch: {what} have {scores.x.shape[0]} rows but "
+                             f"labels have {n}")
+        return _as_float(scores.x), False, list(scores.names)
     table = _table_columns(scores)
     if table is not None or isinstance(scores, Mapping):
         if table is not None:
@@ -92,18 +142,27 @@ def as_score_matrix(
         else:
             names = [str(k) for k in scores]
             cols = [np.asarray(v) for v in scores.values()]
-        for name, col in zip(names, cols, strict=True):
+        if not len(cols):
+            return np.empty((n, 0), np.float64), False, names
+        if len(names) != len(cols):
+            raise ValueError(f"{len(names)} names for {len(cols)} {what} columns")
+        x = None
+        for j, (name, col) in enumerate(zip(names, cols, strict=False)):
+            col = np.asarray(col)
             if col.ndim != 1 or col.shape[0] != n:
                 raise ValueError(
                     f"{what} column {name!r} has shape {col.shape}; expected [{n}] to match "
                     f"the labels"
                 )
-        if not cols:
-            return np.empty((n, 0), np.float64), False, names
-        dtype = np.result_type(*[_as_float(c[:0]) for c in cols])
-        x = np.empty((n, len(cols)), dtype)
-        for j, col in enumerate(cols):
-            x[:, j] = _as_float(col)
+            col = _as_float(col)
+            if x is None:
+                dtypes = [col.dtype] if isinstance(cols, _Lazy) else [
+                    _as_float(np.asarray(c)[:0]).dtype for c in cols]
+                # column-major: each column contiguous (the metrics read column by column)
+                x = np.empty((len(names), n), np.result_type(*dtypes, col.dtype)).T
+            elif col.dtype != x.dtype and np.result_type(col.dtype, x.dtype) != x.dtype:
+                x = x.astype(np.result_type(col.dtype, x.dtype), order="F")
+            x[:, j] = col
         return x, False, names
 
     x = _as_float(np.asarray(scores))

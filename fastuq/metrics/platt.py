@@ -34,11 +34,21 @@ import numpy as np
 
 from fastuq.metrics.folds import stratified_folds
 
-__all__ = ["CHUNK_ELEMENTS", "PlattConvergenceWarning", "oof_platt", "platt_fit"]
+__all__ = [
+    "CHUNK_ELEMENTS",
+    "FAST_MIN_ROWS",
+    "PlattConvergenceWarning",
+    "oof_briers",
+    "oof_platt",
+    "platt_fit",
+]
 
 #: Folds x rows x columns per streamed chunk (float64 temporaries of 2 MiB, cache-sized).
 CHUNK_ELEMENTS = 1 << 18
 _MAX_ITER = 60
+#: Rows from which the column-by-column engine of :mod:`fastuq.metrics.platt_fast` fits
+#: (fold-ordered rows, jitted row sums, warm start); shorter columns use the matrix path.
+FAST_MIN_ROWS = 1 << 16
 _STEP_TOL = 1e-11
 
 
@@ -231,6 +241,12 @@ def oof_platt(
     """
     n, nc = x.shape
     fold = stratified_folds(labels, n_folds, seed, check_classes=False)
+    if n >= FAST_MIN_ROWS:
+        from fastuq.metrics.platt_fast import platt_columns
+
+        probs, _, _ = platt_columns(labels, [x[:, j] for j in range(nc)], fold, _penalty(C),
+                                    want_prob=True)
+        return np.column_stack(probs) if nc else np.empty((n, 0))
     nf = int(fold.max()) + 1
     train = (fold[None, :] != np.arange(nf)[:, None]).astype(np.float64)  # [F, N]
     rows = max(1, CHUNK_ELEMENTS // max(1, nf * nc))
@@ -247,6 +263,34 @@ def oof_platt(
         t += b[f]
         out[sl] = _sigmoid(t)
     return out
+
+
+def oof_briers(
+    labels: np.ndarray,
+    x: np.ndarray,
+    *,
+    n_folds: int = 5,
+    seed: int = 0,
+    C: float | None = 1.0,
+    n_bins: int = 15,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Brier score and ECE ``([C], [C])`` float64 of the out-of-fold Platt probabilities of
+    every column of validated ``x [N, C]`` (:func:`oof_platt`'s), without keeping the
+    probabilities: long columns (:data:`FAST_MIN_ROWS`) get both from the held-out loop of
+    :mod:`fastuq.metrics.platt_fast`, one column at a time."""
+    from fastuq.metrics.ece import ece_matrix
+
+    n, nc = x.shape
+    if n < FAST_MIN_ROWS or nc == 0:
+        prob = oof_platt(labels, x, n_folds=n_folds, seed=seed, C=C)
+        d = prob - labels[:, None]
+        return np.einsum("nc,nc->c", d, d) / n, ece_matrix(labels, prob, n_bins)
+    from fastuq.metrics.platt_fast import platt_columns
+
+    fold = stratified_folds(labels, n_folds, seed, check_classes=False)
+    _, brier, ece = platt_columns(labels, [x[:, j] for j in range(nc)], fold, _penalty(C),
+                                  n_bins=n_bins)
+    return brier, ece
 
 
 def platt_fit(

@@ -21,9 +21,12 @@ keys ``[cb, N]`` (blocks of about :data:`BLOCK_ELEMENTS` elements; ``np.argsort(
 "stable")`` of the keys for other float64 scores), where one vectorised sort of many columns
 wins. Long columns are sorted one by one (:func:`rank_metrics_rows`, also what
 :mod:`fastuq.sweeps` calls for its ``[G, N]`` score blocks) on a thread pool (both sorts release
-the GIL): the packed keys by Polars' single-threaded integer sort, other float64 scores by a
-4-pass LSD radix argsort on 16-bit digits (:func:`radix_sort_with`), 3-5x faster than the
-block sort on long columns. Both give the same order.
+the GIL): the packed keys by Polars' single-threaded integer sort, other float64 scores by
+Polars' ``arg_sort`` of their 64-bit keys, whose order is checked to be the stable one (equal
+keys in row order, one comparison per row; else a 4-pass LSD radix argsort on 16-bit digits,
+:func:`radix_sort_with`), 3-5x faster than the block sort on long columns. All give the same
+order. On 1e7 float64 scores the checked ``arg_sort`` costs about 0.85 s of CPU against 2.0
+s for the radix sort.
 
 Measured on the 2-core reference machine, one 1e6 float32 column: ``np.argsort(kind=
 "stable")`` ~160 ms, NumPy's ``np.sort`` of the packed 64-bit keys ~50 ms, the 2-pass radix
@@ -312,6 +315,24 @@ def radix_sort_with(
     return keys, current
 
 
+def _sort64_with(keys: np.ndarray, *payloads: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """:func:`radix_sort_with` of uint64 ``keys [N]``, by Polars' ``arg_sort`` when it gives
+    the stable order: equal keys must come in row order, which is checked on the sorted keys
+    (one comparison per row); the radix sort runs only when the check fails. About 2x less
+    CPU than the 4-pass radix on 1e7 float64 scores."""
+    n = keys.shape[0]
+    if n < 2:
+        return radix_sort_with(keys, *payloads)
+    import polars as pl
+
+    idx = pl.Series(keys).arg_sort().to_numpy()
+    sorted_keys = np.take(keys, idx)
+    ties = sorted_keys[1:] == sorted_keys[:-1]
+    if np.any(ties & (idx[1:] < idx[:-1])):  # an unstable order: sort the slow way
+        return radix_sort_with(keys, *payloads)
+    return sorted_keys, [np.take(p, idx) for p in payloads]
+
+
 def stable_argsort(x: np.ndarray, keys: np.ndarray | None = None) -> np.ndarray:
     """Stable ascending argsort ``[N]`` (intp) of ``x [N]``: equal values keep file order.
 
@@ -385,7 +406,8 @@ def sorted_labels(
     float32 scores (and float64 scores that are float32 values), ``N < 2**31``: the packed
     keys (module doc) sorted by Polars' integer sort; the labels, the rows (to carry
     ``packed``) and the score keys are read back off the sorted keys. Other float64 scores:
-    :func:`radix_sort_with` over 64-bit keys, 4 passes. ``low`` may pass
+    Polars' ``arg_sort`` of the 64-bit keys, checked stable (else :func:`radix_sort_with`,
+    4 passes). ``low`` may pass
     :func:`row_label_bits` of ``labels``, precomputed.
     """
     x = _float32_if_exact(np.asarray(x))
@@ -398,7 +420,7 @@ def sorted_labels(
         rows = (low_words >> np.uint32(1)) if packed else None
         rest = [np.take(p, rows) for p in packed]
     else:
-        sorted_keys, (ys, *rest) = radix_sort_with(keys, labels, *packed)
+        sorted_keys, (ys, *rest) = _sort64_with(keys, labels, *packed)
     if check_finite and sorted_keys.size:
         lowest, highest = order_keys(np.array([-np.inf, np.inf], x.dtype))
         if not (lowest < sorted_keys[0] and sorted_keys[-1] < highest):

@@ -1,0 +1,223 @@
+"""The fast paths of the metrics (issue 12: ``fastuq eval`` on 1e7 trajectories) against the
+references they replace.
+
+* ``stratified_folds``: scikit-learn's ``StratifiedKFold(shuffle=True)`` folds, exactly.
+* ``bin_index``: the bins of ``searchsorted`` on the edges, exactly (edges and their
+  neighbouring floats included).
+* The column-by-column Platt engine (``fastuq.metrics.platt_fast``: fold-ordered rows,
+  jitted row sums, warm start, quadratic-convergence stop) against the matrix path of
+  ``fastuq.metrics.platt`` on the same columns: probabilities to 1e-9 (both stop within
+  about 1e-11 of the optimum in parameters), Brier and ECE to 1e-10; and against
+  scikit-learn's pipeline to 1e-6 (as the matrix path is tested).
+* ``evaluate_groups``: each group's table equals ``evaluate`` on that group's rows (rank
+  metrics exactly; Brier-Platt and ECE to 1e-12: the same fits, with the score matrix in
+  another memory order, so sums run in another order).
+* Float64 ranking by Polars' checked ``arg_sort``: the stable order, and the radix fallback
+  when the order it returns is not stable.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import StratifiedKFold
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+import fastuq.metrics.platt as platt
+from fastuq.metrics import evaluate, evaluate_groups
+from fastuq.metrics.ece import bin_edges, bin_index, ece_matrix
+from fastuq.metrics.folds import stratified_folds
+from fastuq.metrics.rank import _sort64_with, order_keys, radix_sort_with
+
+
+def _sklearn_folds(y, k, seed):
+    fold = np.empty(len(y), np.int64)
+    skf = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
+    for f, (_, test) in enumerate(skf.split(np.zeros((len(y), 1)), y)):
+        fold[test] = f
+    return fold
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    labels=st.lists(st.booleans(), min_size=2, max_size=80),
+    k=st.integers(2, 7),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_stratified_folds_are_sklearns(labels, k, seed):
+    y = np.array(labels)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            ref = _sklearn_folds(y, k, seed)
+        except ValueError:
+            with pytest.raises(ValueError):
+                stratified_folds(y, k, seed, check_classes=False)
+            return
+    np.testing.assert_array_equal(stratified_folds(y, k, seed, check_classes=False), ref)
+
+
+def test_stratified_folds_long_and_first_row_class():
+    rng = np.random.default_rng(5)
+    for first in (True, False):
+        y = rng.random(200_003) < 0.7
+        y[0] = first  # scikit-learn numbers classes by first appearance
+        np.testing.assert_array_equal(stratified_folds(y, 5, 3), _sklearn_folds(y, 5, 3))
+
+
+@pytest.mark.parametrize("n_bins", [1, 2, 3, 7, 10, 15, 49, 100])
+def test_bin_index_is_searchsorted_on_the_edges(n_bins):
+    rng = np.random.default_rng(n_bins)
+    e = bin_edges(n_bins)
+    k = np.arange(n_bins + 1)
+    p = np.concatenate([e, np.nextafter(e, -1.0), np.nextafter(e, 2.0), k * (1.0 / n_bins),
+                        rng.random(5000), [0.0, 1.0]])
+    p = p[(p >= 0) & (p <= 1)]
+    ref = np.minimum(np.searchsorted(e, p, side="right") - 1, n_bins - 1)
+    np.testing.assert_array_equal(bin_index(p, n_bins), ref)
+
+
+# ------------------------------------------------------------------------- Platt
+
+
+N_FAST = platt.FAST_MIN_ROWS + 4_321
+
+
+def _columns(n, seed=0):
+    rng = np.random.default_rng(seed)
+    y = rng.random(n) < 0.62
+    cols = np.column_stack([
+        rng.standard_normal(n) - 0.7 * y,                         # plain
+        (rng.standard_normal(n) - 0.3 * y) * 30.0 + 1e3,          # scale and offset
+        np.exp(2.0 * rng.standard_normal(n) - 0.5 * y),           # heavy right tail
+        np.round(rng.random(n) * 3) / 3 - 0.2 * y,                # few values: ties
+        np.where(rng.random(n) < 0.999, 0.5, 1.5 + y),            # nearly constant
+    ])
+    return y, cols
+
+
+def _matrix_path(monkeypatch, fn, *args, **kwargs):
+    monkeypatch.setattr(platt, "FAST_MIN_ROWS", 1 << 62)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        monkeypatch.undo()
+
+
+@pytest.mark.parametrize("C", [1.0, None, 0.01])
+def test_fast_platt_equals_the_matrix_path(monkeypatch, C):
+    y, x = _columns(N_FAST, seed=1)
+    assert x.shape[0] >= platt.FAST_MIN_ROWS
+    fast = platt.oof_platt(y, x, C=C)
+    ref = _matrix_path(monkeypatch, platt.oof_platt, y, x, C=C)
+    np.testing.assert_allclose(fast, ref, rtol=0, atol=1e-9)
+    brier, ece = platt.oof_briers(y, x, C=C)
+    d = ref - y[:, None]
+    np.testing.assert_allclose(brier, (d * d).mean(axis=0), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(ece, ece_matrix(y, ref, 15), rtol=0, atol=1e-10)
+
+
+def test_fast_platt_matches_sklearn_pipeline():
+    y, x = _columns(N_FAST, seed=2)
+    col = x[:, 2]  # the heavy-tailed one
+    skf = StratifiedKFold(n_splits=5, shuffle=True, random_state=0)
+    ref = np.empty(len(y))
+    for train, test in skf.split(col[:, None], y):
+        model = make_pipeline(StandardScaler(),
+                              LogisticRegression(C=1.0, tol=1e-10, max_iter=10_000))
+        model.fit(col[train, None], y[train])
+        ref[test] = model.predict_proba(col[test, None])[:, 1]
+    np.testing.assert_allclose(platt.oof_platt(y, col[:, None])[:, 0], ref, rtol=0, atol=1e-6)
+
+
+def test_fast_platt_float32_scores(monkeypatch):
+    y, x = _columns(N_FAST, seed=3)
+    x32 = x[:, :2].astype(np.float32)
+    ref = _matrix_path(monkeypatch, platt.oof_platt, y, x32)
+    np.testing.assert_allclose(platt.oof_platt(y, x32), ref, rtol=0, atol=1e-9)
+
+
+# ------------------------------------------------------------------------- groups
+
+
+@pytest.mark.parametrize("n", [3_000, N_FAST])
+def test_evaluate_groups_equals_evaluate_per_group(n):
+    y, x = _columns(n, seed=4)
+    rng = np.random.default_rng(4)
+    groups = np.array(["dylan", "debate", "mad"])[rng.integers(0, 3, n)]
+    pooled, per_group = evaluate_groups(y, x, groups)
+
+    def same(got, ref, where):
+        for key, values in ref.items():
+            if key in ("brier_platt", "ece"):
+                np.testing.assert_allclose(got[key], values, rtol=0, atol=1e-12,
+                                           err_msg=f"{where} {key}")
+            else:
+                np.testing.assert_array_equal(got[key], values, err_msg=f"{where} {key}")
+
+    same(pooled, evaluate(y, x), "pooled")
+    assert list(per_group) == ["debate", "dylan", "mad"]
+    for name, table in per_group.items():
+        keep = groups == name
+        same(table, evaluate(y[keep], x[keep]), name)
+
+
+def test_evaluate_groups_arrow_polars_and_single_class_group():
+    import polars as pl
+    import pyarrow as pa
+
+    rng = np.random.default_rng(6)
+    n = 400
+    y = rng.random(n) < 0.5
+    x = rng.standard_normal((n, 2))
+    g = np.where(np.arange(n) < 20, "solo", "many")
+    y[:20] = True  # one class only in group "solo"
+    with pytest.warns(UserWarning):
+        a = evaluate_groups(y, x, pa.chunked_array([g[:150], g[150:]]))
+    with pytest.warns(UserWarning):
+        b = evaluate_groups(y, x, pl.Series(g))
+    for name in ("solo", "many"):
+        for key in a[1][name]:
+            np.testing.assert_array_equal(a[1][name][key], b[1][name][key])
+    assert np.isnan(a[1]["solo"]["auroc"]).all() and np.isnan(a[1]["solo"]["brier_platt"]).all()
+    assert np.isfinite(a[1]["solo"]["auarc"]).all()
+    with pytest.raises(ValueError, match="length mismatch"):
+        evaluate_groups(y, x, g[:-1])
+
+
+# ------------------------------------------------------------------------- ranking
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=st.lists(st.integers(-6, 6), min_size=2, max_size=300),
+       scale=st.sampled_from([1.0, 1e-300, 3.7, -0.0]))
+def test_checked_argsort_is_the_stable_order(values, scale):
+    x = np.array(values, np.float64) * scale / 7.0
+    keys = order_keys(x)
+    rows = np.arange(keys.shape[0])
+    got_keys, (got_rows,) = _sort64_with(keys, rows)
+    ref_keys, (ref_rows,) = radix_sort_with(keys, rows)
+    np.testing.assert_array_equal(got_keys, ref_keys)
+    np.testing.assert_array_equal(got_rows, ref_rows)
+    np.testing.assert_array_equal(got_rows, np.argsort(x, kind="stable"))
+
+
+def test_checked_argsort_falls_back_when_not_stable(monkeypatch):
+    import polars as pl
+
+    x = np.array([3.0, 1.0, 1.0, 2.0, 1.0])
+    keys = order_keys(x)
+    unstable = np.array([4, 2, 1, 3, 0])  # sorted, but the tie group out of row order
+
+    def fake_arg_sort(self, *args, **kwargs):
+        return pl.Series(unstable)
+
+    monkeypatch.setattr(pl.Series, "arg_sort", fake_arg_sort)
+    _, (rows,) = _sort64_with(keys, np.arange(5))
+    np.testing.assert_array_equal(rows, [1, 2, 4, 3, 0])
