@@ -232,6 +232,20 @@ def test_scores_bit_identical(table):
             assert _bits_equal(got.column(m).to_numpy(), want.column(m).to_numpy()), m
 
 
+def test_pipeline_packs_on_device_when_asked():
+    """iter_scores(pack="device") scores from device-packed inputs; pack="host" never packs
+    there, and "auto" packs there exactly when the kernels run on a GPU."""
+    from fastuq.engine.scoring import iter_scores
+
+    table = pa.table({"trajectory_id": ["a", "b"], "protocol": ["debate"] * 2,
+                      "agreement": pa.array([[0.5, 1.0], [1.0]]),
+                      "token_entropy": pa.array([[0.1, 0.0], [0.3]])})
+    for pack, expect in (("device", True), ("host", False), ("auto", dp.on_gpu())):
+        for batch, _ in iter_scores(table, pack=pack):
+            assert batch.device_pack is expect
+            assert (batch._cache.get("device:token_entropy") is not None) is expect
+
+
 def test_entropy_from_noise_and_topk_bit_identical():
     """Token entropy from the observation noise or from top-k log-probabilities, packed on
     the device: the host's arrays and scores."""
