@@ -26,6 +26,15 @@ What is measured (full sizes; ``--quick`` divides N by 1000 and grids by 4):
   on the host (targets <= 1 s and <= 5 s);
 * ``score``: ``fastuq.score_file`` SAUCE from a 1e7-trajectory Parquet corpus (target >=
   3e7 trajectories/s);
+* ``pack``: SAUCE's inputs (agreement, token entropy, round mask) packed and checked on the
+  host (``Batch(pack="host")``, then the ``jax.device_put`` the kernel's call does) against
+  on the device (``pack="device"``: flat values and offsets moved once, padded arrays and
+  checks built there), chunks of 262,144 of a 1e6-trajectory corpus (``signals``: the
+  agreement column; ``answers``: agreement from the answers' vote classes, which are
+  computed on the host first, untimed, the same for both), in ms per 1e6 trajectories;
+  then ``fastuq.score_file`` SAUCE end to end with ``pack="host"`` and ``"device"`` (scores
+  compared bit for bit). Runs on a CPU too (``--only pack``): there device packing is the
+  same work through XLA, which is why ``pack="auto"`` keeps the host on a CPU;
 * ``tests``: ``pytest -p no:cacheprovider`` on the installed package, its summary line.
 """
 
@@ -143,6 +152,88 @@ def bench_score(n: int, repeats: int, tmp: Path) -> dict[str, Any]:
     return {"n": n, "s": t, "traj_per_s": n / t}
 
 
+def bench_pack(n: int, repeats: int, tmp: Path, chunk: int = 1 << 18,
+               dtype: str | None = None) -> dict[str, Any]:
+    """Host against device packing of SAUCE's inputs (see the module docstring)."""
+    import jax
+    import pyarrow.parquet as pq
+
+    import fastuq
+    from fastuq import synth
+    from fastuq.engine.batch import Batch
+    from fastuq.engine.device_pack import DeviceArray, default_dtype
+    from fastuq.engine.inputs import INPUTS, Context
+    from fastuq.engine.runtime import bucket_size, local_devices
+
+    dtype = str(default_dtype(dtype))
+    path = tmp / f"pack_{n}.parquet"
+    synth.write(synth.corpus_chunks(n, protocol="mixed", seed=2), path)
+    table = pq.read_table(path)
+    names = ("agreement", "token_entropy", "round_mask")
+    device = local_devices()[0]
+
+    def build(batch) -> list:
+        ctx = Context(batch, {}, names)
+        return [INPUTS[name].build(ctx) for name in names]
+
+    def to_device(arrays: list, n_rows: int) -> None:  # what the kernel's call moves
+        width = bucket_size(n_rows, 1 << 20)
+        put = []
+        for x in arrays:
+            if isinstance(x, DeviceArray):
+                put.append(x.padded)
+            else:
+                pad = np.zeros((x.shape[0], width), x.dtype)
+                pad[:, :n_rows] = x
+                put.append(jax.device_put(pad, device))
+        jax.block_until_ready(put)
+
+    out: dict[str, Any] = {"n": n, "chunk": chunk, "dtype": dtype}
+    for kind in ("signals", "answers"):
+        source = table if kind == "signals" else table.drop_columns(["agreement"])
+        parts = [source.slice(s, chunk) for s in range(0, n, chunk)]
+        for pack in ("host", "device"):
+            def one(pack=pack, parts=parts, kind=kind):
+                total = built = 0.0
+                for part in parts:
+                    batch = Batch(part, dtype=dtype, pack=pack)
+                    if kind == "answers":
+                        batch.vote_classes()  # host work, the same for both: untimed
+                    t0 = time.perf_counter()
+                    arrays = build(batch)
+                    if pack == "device":
+                        jax.block_until_ready([x.padded for x in arrays])
+                    t1 = time.perf_counter()
+                    to_device(arrays, part.num_rows)
+                    total += time.perf_counter() - t0
+                    built += t1 - t0
+                    if pack == "device":
+                        assert all(isinstance(x, DeviceArray) for x in arrays)
+                return total, built
+            one()  # warm-up (compilation)
+            times = np.array([one() for _ in range(repeats)])
+            out[f"{kind}_{pack}_ms_per_1e6"] = float(np.median(times[:, 0])) * 1e9 / n
+            if pack == "host":  # without the padding and copy to the device
+                out[f"{kind}_host_build_ms_per_1e6"] = float(np.median(times[:, 1])) * 1e9 / n
+        # the same bits either way
+        host = build(Batch(parts[0], dtype=dtype, pack="host"))
+        dev = build(Batch(parts[0], dtype=dtype, pack="device"))
+        out[f"{kind}_identical"] = all(
+            np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
+            for a, b in zip(host, dev, strict=True))
+    scores = {}
+    for pack in ("host", "device"):
+        dest = tmp / f"pack_scores_{pack}.parquet"
+        out[f"score_{pack}_s"] = _median_time(
+            lambda pack=pack, dest=dest: fastuq.score_file(path, dest, methods="sauce",
+                                                           dtype=dtype, pack=pack),
+            max(1, repeats // 2))
+        scores[pack] = pq.read_table(dest).column("sauce").to_numpy()
+    out["score_identical"] = bool(np.array_equal(scores["host"].view(np.uint64),
+                                                 scores["device"].view(np.uint64)))
+    return out
+
+
 def run_tests(out: Path) -> dict[str, Any]:
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider"],
@@ -185,6 +276,18 @@ def render(data: dict[str, Any]) -> str:
         s = r["score"]
         row(f"`score_file` SAUCE from Parquet, N = {s['n']:.0e}",
             f"{s['s']:.2f} s, {s['traj_per_s']:.3g} traj/s", ">= 3e7/s")
+    if "pack" in r:
+        s = r["pack"]
+        for kind in ("signals", "answers"):
+            row(f"pack SAUCE's inputs ({kind}), N = {s['n']:.0e}, {s['dtype']}, ms per 1e6",
+                f"host {s[kind + '_host_ms_per_1e6']:.0f} (of which packing and checks "
+                f"{s[kind + '_host_build_ms_per_1e6']:.0f}, the rest padding and copy to the "
+                f"device), device "
+                f"{s[kind + '_device_ms_per_1e6']:.0f} (identical: {s[kind + '_identical']})",
+                "device <= host on a GPU")
+        row(f"`score_file` SAUCE, pack host / device, N = {s['n']:.0e}",
+            f"{s['score_host_s']:.2f} s / {s['score_device_s']:.2f} s (bits identical: "
+            f"{s['score_identical']})", "identical")
     if "tests" in r:
         row("test suite", f"{r['tests']['summary']} ({r['tests']['s']:.0f} s)", "passes")
     head = (f"{data['device']}, JAX {data['jax']}, {data['date']}, command `{data['command']}`"
@@ -199,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=None)
     p.add_argument("--no-tests", action="store_true", help="skip the test suite")
     p.add_argument("--only", default=None,
-                   help="comma list of copy,sauce,umas,sauce_batch,sweep,score,tests")
+                   help="comma list of copy,sauce,umas,sauce_batch,sweep,score,pack,tests")
     args = p.parse_args(argv)
     only = set(args.only.split(",")) if args.only else None
     k = 1000 if args.quick else 1
@@ -248,6 +351,9 @@ def main(argv: list[str] | None = None) -> int:
             steps.append(("sweeps", sweeps))
         if want("score"):
             steps.append(("score", lambda: bench_score(10_000_000 // k, repeats, Path(tmp))))
+        if want("pack"):
+            steps.append(("pack", lambda: bench_pack(1_000_000 // (10 if args.quick else 1),
+                                                     repeats, Path(tmp))))
         for name, fn in steps:
             t0 = time.perf_counter()
             try:

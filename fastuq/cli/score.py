@@ -59,8 +59,13 @@ def add_parser(sub) -> None:
                     help="with --on-error skip: fail (exit 1, no scores written, the skip list "
                          "kept) when more than this fraction of the records is skipped; a run "
                          "that skips every record always fails")
-    cs.add_dtype(sc, "float64", "kernel precision (default float64; output is float64)")
+    cs.add_dtype(sc, None, "kernel precision (default: float32 when the kernels run on a GPU, "
+                           "float64 on a CPU; output is float64)")
     cs.add_backend(sc, "jax")
+    sc.add_argument("--pack", choices=("auto", "host", "device"), default="auto",
+                    help="where the per-round inputs are packed and checked: auto (default: "
+                         "on the device when the kernels run on a GPU, else on the host), "
+                         "host or device; the scores are the same")
     sc.add_argument("--chunk-rows", type=positive_int, default=1 << 18,
                     help="records per chunk (bounds memory; default 262144)")
     sc.add_argument("--cpu-devices", type=positive_int, default=os.cpu_count() or 1,
@@ -114,6 +119,8 @@ def _option_problem(args: argparse.Namespace) -> str | None:
         args.observation_noise >= 0 and args.observation_noise < float("inf")
     ):
         return f"--observation-noise must be finite and >= 0, got {args.observation_noise}"
+    if args.engine == "ray" and args.pack != "auto":
+        return "--pack applies to the local engine (--engine ray workers pack on the host)"
     return None
 
 
@@ -165,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
                     confidence=args.confidence, on_error=args.on_error,
                     skipped_path=args.skipped, math=args.math, processes=args.processes,
                     max_skip_fraction=args.max_skip_fraction, keep_scores=sample,
-                    check=args.check,
+                    check=args.check, pack=args.pack,
                 )
         except OutputError as exc:
             return cs.fail(prog, exc, 2)
@@ -219,7 +226,7 @@ def _run_ray(args: argparse.Namespace, prog: str) -> int:
             args.input, args.output, skipped_path=args.skipped,
             max_skip_fraction=args.max_skip_fraction, on_error=args.on_error,
             progress=args.progress, methods=args.method, protocol=args.protocol,
-            dtype=args.dtype, backend=args.backend, chunk_rows=args.chunk_rows,
+            dtype=args.dtype or "float64", backend=args.backend, chunk_rows=args.chunk_rows,
             observation_noise=args.observation_noise, math=args.math, check=args.check,
             **params,
         )

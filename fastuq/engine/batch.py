@@ -51,6 +51,12 @@ class Batch:
         corpora without ``token_entropy``.
       math: when agreement is built from parsed answers, also let answers that math-verify
         proves equivalent vote together (``fastuq[math]``); processes: its worker processes.
+      pack: where the per-round inputs (``agreement``, ``round_mask``, ``token_entropy``)
+        are packed and checked: ``"host"`` (default: NumPy arrays), ``"device"`` (on the
+        kernels' device, :mod:`fastuq.engine.device_pack`: the builders of
+        :mod:`fastuq.engine.inputs` return :class:`~fastuq.engine.device_pack.DeviceArray`
+        s; a chunk that fails a check is packed on the host, which raises its error) or
+        ``"auto"`` (the device when the kernels run on a GPU). The numbers are the same.
     """
 
     def __init__(
@@ -64,7 +70,10 @@ class Batch:
         observation_noise: float | None = None,
         math: bool = False,
         processes: int | None = None,
+        pack: str = "host",
     ) -> None:
+        from fastuq.engine.device_pack import resolve_pack
+
         self.table = table
         self.source = source
         self.row0 = row0
@@ -72,6 +81,8 @@ class Batch:
         self.observation_noise = observation_noise
         self.math = math
         self.processes = processes
+        self.pack = pack
+        self.device_pack = resolve_pack(pack)
         self.n = table.num_rows
         self.ids = combined(table.column("trajectory_id"))
         if rows is None:

@@ -3,8 +3,13 @@ built from a :class:`~fastuq.engine.batch.Batch` (and checked), and how a chunk 
 padded for the kernel.
 
 An estimator declares the names of what it reads (``Estimator.inputs``); the engine packs
-only those. Every builder raises :class:`~fastuq.engine.errors.RecordError` naming the
-trajectory, round, agent and field of the first bad value, so a kernel never sees one.
+only those. With ``Batch(pack="device")`` the per-round inputs (``agreement``,
+``round_mask``, ``token_entropy``) are packed and checked on the kernels' device
+(:mod:`fastuq.engine.device_pack`) and returned as
+:class:`~fastuq.engine.device_pack.DeviceArray` s; a chunk whose checks fail there is built
+here on the host, which raises the error. Every builder raises
+:class:`~fastuq.engine.errors.RecordError` naming the trajectory, round, agent and field of
+the first bad value, so a kernel never sees one.
 
 ==================  ==============  =====================================================
 input               shape           built from
@@ -278,7 +283,20 @@ def _checked(batch: Batch) -> set:
     return batch._cache.setdefault("checked", set())
 
 
+def _on_device(ctx: Context, name: str):
+    """``(values, round_mask)`` of ``name`` packed and checked on the device
+    (:func:`fastuq.engine.device_pack.checked_rounds`), or ``None``: build it on the host."""
+    if not ctx.batch.device_pack:
+        return None
+    from fastuq.engine.device_pack import checked_rounds
+
+    return checked_rounds(ctx.batch, name)
+
+
 def _agreement(ctx: Context) -> np.ndarray:
+    device = _on_device(ctx, "agreement")
+    if device is not None:
+        return device[0]
     a, mask = ctx.batch.rounds("agreement")
     if "agreement" not in _checked(ctx.batch):
         validate_rounds(a, None, mask, ctx.batch.labels)
@@ -287,6 +305,9 @@ def _agreement(ctx: Context) -> np.ndarray:
 
 
 def _token_entropy(ctx: Context) -> np.ndarray:
+    device = _on_device(ctx, "token_entropy")
+    if device is not None:
+        return device[0]
     a, mask = ctx.batch.rounds("agreement")
     h, mask_h = ctx.batch.rounds("token_entropy")
     done = _checked(ctx.batch)
@@ -295,6 +316,11 @@ def _token_entropy(ctx: Context) -> np.ndarray:
         validate_rounds(a, h, mask, ctx.batch.labels, agreement="agreement" not in done)
         done.update(("agreement", "token_entropy"))
     return h
+
+
+def _round_mask(ctx: Context) -> np.ndarray:
+    device = _on_device(ctx, "agreement")
+    return ctx.batch.rounds("agreement")[1] if device is None else device[1]
 
 
 def _team_size(ctx: Context) -> np.ndarray | None:
@@ -458,7 +484,7 @@ INPUTS: Mapping[str, PackedInput] = {
                     _cols("answers", "n_agents"), _has("agreement"), _agreement,
                     "agreement (or answers)"),
         PackedInput("round_mask", 1, False, _cols("agreement"), _cols("answers"),
-                    _has("agreement"), lambda ctx: ctx.batch.rounds("agreement")[1],
+                    _has("agreement"), _round_mask,
                     "agreement"),
         PackedInput("token_entropy", 1, 0.0, _cols("token_entropy"), _cols("topk_logprobs"),
                     _has("token_entropy"), _token_entropy,

@@ -73,7 +73,9 @@ def call_kernel(
       chunk_size: the largest chunk handed to the JAX kernel (a power of two).
     """
     present = {k: v for k, v in optional.items() if v is not None}
-    if backend == "numpy":
+    if backend == "numpy":  # host kernels: device-packed inputs come back unpadded
+        inputs = [np.asarray(x) for x in inputs]
+        present = {k: np.asarray(v) for k, v in present.items()}
         return outputs_of(est, est.kernel_fn("numpy")(*inputs, **present, **params))
     est.kernel_fn(backend)  # checks the backend; import errors before the bucketed loop
     batched = [(x, INPUTS[name].axis, INPUTS[name].fill)
@@ -137,6 +139,8 @@ def run_estimator_rounds(
       output: which output column (default: the estimator's first, its score).
     """
     inputs, optional, values = prepare_estimator(est, batch, params=params, protocol=protocol)
+    inputs = [np.asarray(x) for x in inputs]  # cut per round on the host
+    optional = {k: None if v is None else np.asarray(v) for k, v in optional.items()}
     column = output or est.outputs[0]
     if column not in est.outputs:
         raise ValueError(f"estimator {est.name!r} has no output {column!r}; it writes "

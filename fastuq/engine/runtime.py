@@ -251,7 +251,9 @@ def run_bucketed(
       fn: ``fn(*arrays, **kwargs) -> dict name -> array`` whose outputs carry the batch on
         axis 0 (``[N]``) or axis 1 (``[T, N, ...]``).
       batched: ``(array, batch_axis, pad_fill)`` per positional argument; a 0-d array (a
-        scalar parameter) is passed as it is.
+        scalar parameter) is passed as it is, and so is a
+        :class:`~fastuq.engine.device_pack.DeviceArray` already padded to the bucket (any
+        other is brought to the host, unpadded, and padded as a NumPy array).
       n: trajectories; dtype: the float dtype (float64 runs under a scoped x64).
       chunk_size: largest chunk (a power of two); smaller ones are padded to a power of two
         of at least ``MIN_BUCKET``, so ``fn`` compiles once per bucket.
@@ -261,6 +263,15 @@ def run_bucketed(
     """
     import jax
 
+    from fastuq.engine.device_pack import DeviceArray
+
+    if n <= chunk_size:  # one bucket: device-packed inputs of that width go as they are
+        width = bucket_size(n, chunk_size)
+        batched = [(x if not isinstance(x, DeviceArray) or x.fits(n, width) else np.asarray(x),
+                    axis, fill) for x, axis, fill in batched]
+    else:
+        batched = [(np.asarray(x) if isinstance(x, DeviceArray) else x, axis, fill)
+                   for x, axis, fill in batched]
     out: dict[str, np.ndarray] = {}
     with x64_scope(dtype):
         for start in range(0, max(n, 1), chunk_size):
@@ -269,12 +280,15 @@ def run_bucketed(
             width = bucket_size(size, chunk_size)
             args = []
             for x, axis, fill in batched:
-                if x.ndim == 0:
+                if isinstance(x, DeviceArray):
+                    part = x.padded
+                elif x.ndim == 0:
                     args.append(x)
                     continue
-                index = [slice(None)] * x.ndim
-                index[axis] = slice(start, stop)
-                part = _pad_axis(x[tuple(index)], axis, width, fill)
+                else:
+                    index = [slice(None)] * x.ndim
+                    index[axis] = slice(start, stop)
+                    part = _pad_axis(x[tuple(index)], axis, width, fill)
                 sharding = batch_sharding(width, part.ndim, axis)
                 args.append(part if sharding is None else jax.device_put(part, sharding))
             ndev = len(local_devices())

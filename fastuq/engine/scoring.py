@@ -522,10 +522,10 @@ class Skipped:
 def _score_table(
     table: pa.Table, chunk, rows: np.ndarray, resolved: tuple[str, ...] | None, *,
     methods, protocol, params, dtype, backend, observation_noise, math: bool = False,
-    processes: int | None = None, info: dict | None = None,
+    processes: int | None = None, info: dict | None = None, pack: str = "host",
 ) -> tuple[Batch, tuple[str, ...], dict[str, np.ndarray]]:
     batch = _make_batch(table, chunk, rows, dtype=dtype, observation_noise=observation_noise,
-                        math=math, processes=processes)
+                        math=math, processes=processes, pack=pack)
     resolved = _resolve_once(resolved, methods, batch, params, observation_noise, info)
     scores = {}
     for m in resolved:
@@ -537,10 +537,11 @@ def _score_table(
     return batch, resolved, scores
 
 
-def _make_batch(table, chunk, rows, *, dtype, observation_noise, math, processes) -> Batch:
+def _make_batch(table, chunk, rows, *, dtype, observation_noise, math, processes,
+                pack: str = "host") -> Batch:
     return Batch(table, source=chunk.source, row0=chunk.source_row0, rows=rows,
                  dtype=np.dtype(dtype), observation_noise=observation_noise, math=math,
-                 processes=processes)
+                 processes=processes, pack=pack)
 
 
 def _resolve_once(resolved, methods, batch: Batch, params, observation_noise,
@@ -619,6 +620,7 @@ def check_chunk(table: pa.Table, source: str, rows: np.ndarray,
 def _skip_bad_rows(
     chunk, table: pa.Table, problems, resolved, skipped: list, *,
     methods, protocol, params, dtype, observation_noise, math, processes, info,
+    pack: str = "host",
 ) -> tuple[pa.Table, np.ndarray, tuple[str, ...]]:
     """Every bad row of the chunk at once (vectorized checks, on top of the structural ones
     in ``problems``), appended to ``skipped``; returns the chunk without them, the source
@@ -731,7 +733,7 @@ def iter_scores(
     methods: str | Sequence[str] = ("sauce",),
     protocol: str | None = None,
     params: Mapping[str, object] | None = None,
-    dtype: str | np.dtype = "float64",
+    dtype: str | np.dtype | None = None,
     backend: str = "jax",
     chunk_rows: int = 1 << 18,
     observation_noise: float | None = None,
@@ -743,6 +745,7 @@ def iter_scores(
     check: str = "corpus",
     extra_columns: Sequence[str] = (),
     batch_columns: Sequence[str] | None = None,
+    pack: str = "auto",
 ) -> Iterator[tuple[Batch, dict[str, np.ndarray]]]:
     """Score ``source`` chunk by chunk: yields ``(batch, {method: scores [n]})`` in order.
 
@@ -777,10 +780,19 @@ def iter_scores(
         packed inputs stay cached); default all that were read. Fewer bound the memory of
         the chunks waiting between the pipeline's stages (a top-k column is hundreds of MB
         per chunk). With ``on_error="skip"`` every column is kept.
+      dtype: the kernels' float dtype; ``None`` or ``"auto"`` (default): float32 when the
+        kernels run on a GPU, float64 otherwise; a dtype given always wins.
+      pack: where the per-round inputs are packed and checked: ``"auto"`` (default: on the
+        device when the kernels run on a GPU with the JAX backend, else on the host),
+        ``"host"`` or ``"device"`` (see :class:`~fastuq.engine.batch.Batch`). Scores are
+        bit-identical either way.
     """
+    from fastuq.engine.device_pack import default_dtype, resolve_pack
     from fastuq.io.readers import iter_chunks
 
     check_reading_options(on_error, skipped, observation_noise, check)
+    dtype = default_dtype(dtype)
+    pack = "device" if resolve_pack(pack, backend) else "host"
     names = _method_list(methods)
     params = {k: v for k, v in (params or {}).items() if v is not None}
     check_params(params, None if names == ["all"] else names)
@@ -802,7 +814,8 @@ def iter_scores(
             kept = None
     seen = _SeenIds()
     kw = dict(methods=methods, protocol=protocol, params=params, dtype=dtype,
-              observation_noise=observation_noise, math=math, processes=processes, info=info)
+              observation_noise=observation_noise, math=math, processes=processes, info=info,
+              pack=pack)
     if skip:
         stream = _prefetch(_structural_problems(chunk, seen) for chunk in reader)
     else:
@@ -839,7 +852,7 @@ def _keep_columns(chunk, kept: set[str]):
 
 def _prepared(chunks: Iterator, seen: _SeenIds, *, methods, protocol, params, dtype,
               backend, observation_noise, math, processes, info,
-              batch_columns: Sequence[str] | None = None) -> Iterator:
+              batch_columns: Sequence[str] | None = None, pack: str = "host") -> Iterator:
     """``(batch, plans)`` per chunk, in order: the id check against earlier chunks, the
     batch, the methods (resolved on the first chunk) and, for each, its packed and checked
     inputs and parameters (:func:`~fastuq.engine.runner.prepare_estimator`). Everything a
@@ -863,7 +876,7 @@ def _prepared(chunks: Iterator, seen: _SeenIds, *, methods, protocol, params, dt
         seen.add(ids, chunk.row0, chunk.source, chunk.source_row0)
         batch = _make_batch(table, chunk, rows, dtype=dtype,
                             observation_noise=observation_noise, math=math,
-                            processes=processes)
+                            processes=processes, pack=pack)
         resolved = _resolve_once(resolved, methods, batch, params, observation_noise, info)
         plans = []
         for m in resolved:
@@ -894,20 +907,24 @@ def score(
     methods: str | Sequence[str] = ("sauce",),
     *,
     protocol: str | None = None,
-    dtype: str | np.dtype = "float64",
+    dtype: str | np.dtype | None = None,
     backend: str = "jax",
     chunk_rows: int = 1 << 18,
     observation_noise: float | None = None,
     math: bool = False,
     check: str = "corpus",
     device: str | None = None,
+    pack: str = "auto",
     **params: object,
 ) -> pa.Table:
     """Score a corpus in memory: a table with ``trajectory_id``, one float64 column per
     method (uncertainty; higher = less likely correct), and ``question_id``, ``protocol`` and
     ``correct`` when the corpus has them. See :func:`score_file` for the arguments; ``params`` are
     estimator parameters (``lam=``, ``q=``, ``confidence=``, ...); ``device``: ``"cpu"``,
-    ``"gpu"`` or ``"auto"``/``None`` (JAX's default backend) for the kernels."""
+    ``"gpu"`` or ``"auto"``/``None`` (JAX's default backend) for the kernels; ``dtype``
+    (default: float32 on a GPU, float64 on a CPU) and ``pack`` (``"auto"``: the per-round
+    inputs packed and checked on the device on a GPU, on the host otherwise) as in
+    :func:`iter_scores`."""
     from fastuq.engine.runtime import device_scope
 
     tables = []
@@ -915,7 +932,7 @@ def score(
         for batch, scores in iter_scores(
             source, methods=methods, protocol=protocol, params=params, dtype=dtype,
             backend=backend, chunk_rows=chunk_rows, observation_noise=observation_noise,
-            math=math, check=check,
+            math=math, check=check, pack=pack,
         ):
             cols = {"trajectory_id": batch.ids, **scores}
             for extra in ("question_id", "protocol", "correct"):
@@ -936,7 +953,7 @@ def _score_file(
     sigma2_0: float | None = None,
     mu_0: float | None = None,
     confidence: str | None = None,
-    dtype: str = "float64",
+    dtype: str | None = None,
     backend: str = "jax",
     chunk_rows: int = 1 << 18,
     observation_noise: float | None = None,
@@ -949,6 +966,7 @@ def _score_file(
     max_skip_fraction: float | None = None,
     check: str = "corpus",
     params: Mapping[str, object] | None = None,
+    pack: str = "auto",
 ) -> ScoreReport:
     """Score every trajectory of a corpus and write ``trajectory_id`` + one float64 column
     per estimator to Parquet, in input order, atomically (nothing appears at ``output`` on
@@ -962,7 +980,8 @@ def _score_file(
       protocol: preset for every trajectory; default: each record's ``protocol`` field.
       lam, q, sigma2_0, mu_0: SAUCE parameter overrides; confidence: UMAS node confidence
         (``msp``, ``mean_logprob``, ``neg_entropy``).
-      dtype: kernel precision, ``"float64"`` (default) or ``"float32"``; output is float64.
+      dtype: kernel precision, ``"float64"`` or ``"float32"``; default (``None``): float32
+        when the kernels run on a GPU, float64 otherwise. Output is float64.
       chunk_rows: records per chunk.
       observation_noise: constant R_t for corpora without token entropy (SAUCE on agreement
         alone); without it, a missing token entropy is an error.
@@ -981,6 +1000,8 @@ def _score_file(
       check: which columns every record is checked against (see :func:`iter_scores`).
       params: parameters of any registered estimator by name (as :func:`score`'s keywords;
         a name also given by its own keyword above is a ValueError).
+      pack: where the per-round inputs are packed and checked (``"auto"``, ``"host"``,
+        ``"device"``; see :func:`iter_scores`).
 
     Raises:
       OutputError: (a ValueError) ``output`` or the skip list would replace an input (also
@@ -1021,7 +1042,7 @@ def _score_file(
             input, methods=methods, protocol=protocol, params=params, dtype=dtype,
             backend=backend, chunk_rows=chunk_rows, observation_noise=observation_noise,
             on_error=on_error, skipped=skipped, math=math, processes=processes, info=info,
-            check=check, batch_columns=("protocol", "correct"),
+            check=check, batch_columns=("protocol", "correct"), pack=pack,
         ):
             if writer is None:
                 report.methods = tuple(scores)

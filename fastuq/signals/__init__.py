@@ -40,6 +40,7 @@ __all__ = [
     "LogprobStats",
     "add_signals",
     "agreement_from_answers",
+    "answer_votes",
     "logprob_stats",
     "token_entropy_from_topk",
 ]
@@ -128,6 +129,33 @@ def _n_agents(n_agents: int | ArrayLike | None, n: int) -> tuple[np.ndarray, np.
 
 
 # --- agreement ---------------------------------------------------------------------------------
+
+
+def _answer_strings(vals: pa.Array) -> pa.Array:
+    """The flat answer slots as strings (a dictionary decoded, other types cast)."""
+    if pa.types.is_dictionary(vals.type):
+        vals = vals.cast(vals.type.value_type)
+    if not (pa.types.is_string(vals.type) or pa.types.is_large_string(vals.type)
+            or pa.types.is_string_view(vals.type) or pa.types.is_null(vals.type)):
+        vals = vals.cast(pa.string())
+    return vals
+
+
+def answer_votes(vals: pa.Array) -> np.ndarray:
+    """``[S]`` bool: which flat answer slots hold an answer that may vote (non-null and
+    non-empty); a voting slot still needs a class id ``>= 0``. Shared by
+    :func:`agreement_from_answers` and the device packer
+    (:mod:`fastuq.engine.device_pack`)."""
+    vals = _answer_strings(vals)
+    present = vals.is_valid().to_numpy(zero_copy_only=False)
+    if len(vals) and (pa.types.is_string(vals.type) or pa.types.is_large_string(vals.type)):
+        width = 4 if pa.types.is_string(vals.type) else 8  # non-empty, from the offsets
+        offs = np.frombuffer(vals.buffers()[1], np.int32 if width == 4 else np.int64,
+                             count=len(vals) + 1, offset=vals.offset * width)
+        present &= np.diff(offs) > 0
+    elif len(vals) and not pa.types.is_null(vals.type):
+        present &= pc.binary_length(vals).fill_null(0).to_numpy(zero_copy_only=False) > 0
+    return present
 
 
 def _modal_counts(cls: np.ndarray, vote: np.ndarray, rnd: _Level, n_rounds: int) -> np.ndarray:
@@ -241,19 +269,8 @@ def agreement_from_answers(
         raise RecordError(f"{names(i)}: round {rec.position(r)}: answers has "
                          f"{rnd.lengths[r]} slots, more than n_agents = {denom[r]}", row=i)
 
-    if pa.types.is_dictionary(vals.type):
-        vals = vals.cast(vals.type.value_type)
-    if not (pa.types.is_string(vals.type) or pa.types.is_large_string(vals.type)
-            or pa.types.is_string_view(vals.type) or pa.types.is_null(vals.type)):
-        vals = vals.cast(pa.string())
-    present = vals.is_valid().to_numpy(zero_copy_only=False)
-    if len(vals) and (pa.types.is_string(vals.type) or pa.types.is_large_string(vals.type)):
-        width = 4 if pa.types.is_string(vals.type) else 8  # non-empty, from the offsets
-        offs = np.frombuffer(vals.buffers()[1], np.int32 if width == 4 else np.int64,
-                             count=len(vals) + 1, offset=vals.offset * width)
-        present &= np.diff(offs) > 0
-    elif len(vals) and not pa.types.is_null(vals.type):
-        present &= pc.binary_length(vals).fill_null(0).to_numpy(zero_copy_only=False) > 0
+    vals = _answer_strings(vals)
+    present = answer_votes(vals)
     if classes is None:
         if pa.types.is_null(vals.type):
             cls = np.full(len(vals), -1, np.int64)
