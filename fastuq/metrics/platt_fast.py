@@ -3,7 +3,7 @@ column by column, with rows in fold order and the row sums in jitted JAX loops.
 
 The model, the objective, the folds and the standardisation are those of
 :mod:`fastuq.metrics.platt` (its module doc); only the arithmetic is arranged for long
-columns (``N >=`` :data:`FAST_MIN_ROWS`):
+columns (``N >=`` :data:`fastuq.metrics.platt.FAST_MIN_ROWS`):
 
 * **Fold order.** Rows are permuted once so that each fold is one contiguous segment
   (``bounds [F + 1]``); fit ``f`` trains on the rows outside segment ``f``, two contiguous
@@ -44,10 +44,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-__all__ = ["BLOCK", "FAST_MIN_ROWS", "WARM_ROWS", "FoldLayout", "platt_columns"]
+__all__ = ["BLOCK", "WARM_ROWS", "FoldLayout", "platt_columns"]
 
-#: Rows from which :func:`fastuq.metrics.platt.oof_platt` uses this engine.
-FAST_MIN_ROWS = 1 << 16
 #: Rows of the warm-start subsample.
 WARM_ROWS = 1 << 19
 #: Rows per loop step on a CPU device (float64 temporaries of 128 KiB).
