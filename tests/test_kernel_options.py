@@ -164,3 +164,24 @@ def test_umas_bit_identical_under_kernel_options(t_max, n_agents, dtype, explici
         got = {k: np.asarray(v) for k, v in got.items()}
         ref = {k: np.asarray(v) for k, v in ref.items()}
     _assert_bit_equal(got, ref)
+
+
+@pytest.mark.parametrize(("t_max", "n_agents", "explicit", "dtype"), [
+    (13, 4, False, np.float32),  # rolled: more than FULL_UNROLL_ROUNDS
+    (6, 8, True, np.float64),  # rolled: too many terms, explicit words
+    (3, 20, False, np.float32),  # dense path (more than MAX_UNROLLED_AGENTS slots)
+    (3, 4, False, np.float32),  # fully unrolled: one pass whatever block says
+])
+def test_umas_blocks_bit_identical(t_max, n_agents, explicit, dtype):
+    rng = np.random.default_rng([t_max, n_agents, explicit])
+    n = 2_500  # two whole blocks of 1,000 and a tail of 500
+    conf, mask, edges = _umas_batch(rng, t_max, n, n_agents, dtype)
+    edges = edges if explicit else None
+    fields = UMAS_SUMMARY + UMAS_TRACE
+    with jax.enable_x64(dtype == np.float64):
+        ref = {k: np.asarray(v) for k, v in umas_scan(conf, mask, edges, fields=fields,
+                                                       block=0).items()}
+        for block in (1_000, 2_500, None):
+            got = {k: np.asarray(v) for k, v in umas_scan(conf, mask, edges, fields=fields,
+                                                           block=block).items()}
+            _assert_bit_equal(got, ref)
