@@ -514,6 +514,7 @@ def _vmapped_scan(names: tuple[str, ...]) -> Callable:
     import jax
 
     from fastuq.engine.registry import get_estimator
+    from fastuq.kernels.constants import XLA_COMPILER_OPTIONS
 
     kernel = get_estimator("sauce").kernel_fn("jax")
 
@@ -523,7 +524,8 @@ def _vmapped_scan(names: tuple[str, ...]) -> Callable:
             values[name] = point[i]
         return kernel(a, h, m, **values)
 
-    return jax.jit(jax.vmap(one, in_axes=(None, None, None, None, 0)))
+    return jax.jit(jax.vmap(one, in_axes=(None, None, None, None, 0)),
+                   compiler_options=XLA_COMPILER_OPTIONS)
 
 
 def _make_scorer(

@@ -44,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ._compile import kernel_jit
 from .constants import ENTROPY_FLOOR, GAIN_EPS, VARIANCE_FLOOR
 
 #: Names of the per-trajectory outputs, in order, of both implementations.
@@ -103,8 +104,14 @@ def _step_summary(params: SauceParams, carry, inputs):
 def _summaries(carry):
     mu, sigma2, sum_mu, sum_s2, count = carry
     avg_mu = sum_mu / count
+    # Without executed rounds avg_mu is 0/0, a NaN whose sign bit depends on how the
+    # compiler folds the negation (x86 gives -NaN for 0/0); the score's NaN is pinned to +NaN,
+    # the bits the kernel always produced at XLA's default vector width, so that the
+    # compile options cannot change them.
+    score = jnp.where(count > 0, -avg_mu, jnp.nan) if isinstance(count, jax.Array) else \
+        np.where(count > 0, -avg_mu, np.nan).astype(avg_mu.dtype)
     return {
-        "score": -avg_mu,
+        "score": score,
         "final_mu": mu,
         "final_sigma2": sigma2,
         "avg_mu": avg_mu,
@@ -113,14 +120,20 @@ def _summaries(carry):
     }
 
 
-def _default_unroll(t_max: int) -> int | bool:
-    # Fully unrolled, the rounds fuse into one pass over the batch (measured 4x faster than a
-    # rolled loop at T = 3 on CPU). Past 16 rounds a rolled loop was faster to run as well as
-    # to compile (float32, 2^18 trajectories, 2 loaded cores; compile / run: T = 16 full
-    # 0.4 s / 8 ms, rolled 0.7 s / 6.5 ms; T = 32 full 0.8 s / 31 ms, rolled 1.5 s / 16 ms;
-    # T = 64 full 1.2 s / 79 ms, rolled 0.7 s / 35 ms), and it compiles in about a second at
-    # any T up to 1000.
-    return True if t_max <= 16 else 1
+def _default_unroll(t_max: int, with_trace: bool = False) -> int | bool:
+    # Fully unrolled, the rounds fuse into one loop over the batch (one XLA fusion at any T up
+    # to 40 at least; measured 4x faster than a rolled loop at T = 3 on CPU), which keeps
+    # every carry in registers. A rolled loop writes and reads its five [N] carries each
+    # round. Score only, with the 512-bit vector option (XLA_COMPILER_OPTIONS), float32,
+    # N = 2^20, one device, 2 loaded cores (load 2.0-2.4), median ms rolled / full:
+    # T = 17: 28.0 / 7.2; T = 20: 26.8 / 12.6; T = 24: 34.2 / 17.2 and 39.5 / 16.0;
+    # T = 28: 77 / 59; T = 32: 46.8 / 46.6 and 125 / 44; T = 40: 52 / 57 (256-bit);
+    # T = 48: 60 / 70; T = 100: 138 / 810. Full unrolling compiles in 0.2 s up to T = 40.
+    # (Before issue 8 changed the variance update, the rolled loop won past 16 rounds.)
+    # With per-round traces the limit stays at 16 rounds: there the two arrangements differ
+    # in the last bit of some nu_t (a multiply-add contracted in one and not the other), and
+    # the traces keep the bits they had; the summaries are the same bits either way (tested).
+    return True if t_max <= (16 if with_trace else 32) else 1
 
 
 def _select(result: dict, fields: tuple[str, ...]) -> dict:
@@ -153,7 +166,7 @@ def _scan(agreement, token_entropy, round_mask, params: SauceParams, fields, unr
     return _select(result, fields)
 
 
-@partial(jax.jit, static_argnames=("fields", "unroll", "block"))
+@kernel_jit(static_argnames=("fields", "unroll", "block"))
 def sauce_scan(
     agreement: jax.Array,
     token_entropy: jax.Array,
@@ -174,14 +187,22 @@ def sauce_scan(
       fields: which outputs to compute (static): names from ``SUMMARY_FIELDS`` (``[N]``)
         and ``TRACE_FIELDS`` (``[T, N]``, NaN where the round is masked). Only what is asked
         for is written, which matters at memory bandwidth.
-      unroll: ``lax.scan`` unroll factor; ``None`` picks full unrolling for ``T <= 16``, else
-        a rolled loop (bounded compile time for any ``T``).
+      unroll: ``lax.scan`` unroll factor; ``None`` picks full unrolling for ``T <= 32``
+        (``T <= 16`` with trace fields), else a rolled loop (bounded compile time for any
+        ``T``).
       block: run the scan over blocks of this many trajectories in a ``fori_loop`` (``N``
         must be a multiple); ``None`` or ``0``: one pass over the whole batch (the default:
-        on CPU, blocks were 2-4x slower at T = 5-8 and at most 1.3x faster at T = 15, see
-        bench/README.md). ``unroll`` and ``block`` are compile-time choices only: the numbers
-        are the same. Under GSPMD sharding, call this per device (``jax.shard_map``) rather
-        than with ``block``: a partitioned block loop is an order of magnitude slower.
+        the unrolled rounds already run as one fused loop that keeps every carry in
+        registers; on CPU, blocks of 4,096-65,536 were 1.6-3x slower at T = 15 and no faster
+        with a rolled scan at T = 40-100, see bench/README.md). ``unroll`` and ``block`` are
+        compile-time choices only: the summaries are the same bits (the trace's ``nu_t``
+        may differ in its last bit between a rolled and an unrolled scan). Under GSPMD
+        sharding, call this per device (``jax.shard_map``) rather than with ``block``: a
+        partitioned block loop is an order of magnitude slower.
+
+    Called outside any JAX trace, this compiles with ``XLA_COMPILER_OPTIONS`` (512-bit
+    vectors on CPU, the same bits; see ``kernels._compile.kernel_jit``); inside a caller's
+    jit (``vmap``, ``shard_map``), that jit's options apply: pass them to it for the speed.
 
     Returns:
       dict name -> array in the input float dtype. ``n_rounds`` counts executed rounds;
@@ -190,7 +211,8 @@ def sauce_scan(
     dtype = agreement.dtype
     t_max, n = agreement.shape
     params = SauceParams(*(jnp.asarray(p, dtype) for p in params))
-    unroll = _default_unroll(t_max) if unroll is None else unroll
+    if unroll is None:
+        unroll = _default_unroll(t_max, any(name in TRACE_FIELDS for name in fields))
     if not block or block >= n:
         return _scan(agreement, token_entropy, round_mask, params, fields, unroll)
     if n % block:
@@ -272,7 +294,7 @@ def sauce_scan_numpy(
 # ``(values..., mask, *, parameters)`` (fastuq.engine.registry).
 
 
-@jax.jit
+@kernel_jit
 def sauce(
     agreement: jax.Array,
     token_entropy: jax.Array,

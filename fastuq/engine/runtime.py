@@ -327,6 +327,8 @@ def per_device(fn, axes: tuple[int | None, ...], **kwargs):
     import jax
     from jax.sharding import PartitionSpec as P
 
+    from fastuq.kernels.constants import XLA_COMPILER_OPTIONS
+
     devices = tuple(local_devices())
     key = (fn, axes, tuple(sorted(kwargs.items())), devices)
     if key not in _PER_DEVICE:
@@ -343,7 +345,8 @@ def per_device(fn, axes: tuple[int | None, ...], **kwargs):
             return jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
                                  check_vma=False)(*args)
 
-        _PER_DEVICE[key] = jax.jit(run)
+        # The whole program compiles with the kernels' options (an enclosing jit's win).
+        _PER_DEVICE[key] = jax.jit(run, compiler_options=XLA_COMPILER_OPTIONS)
     return _PER_DEVICE[key]
 
 
