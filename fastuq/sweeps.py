@@ -507,14 +507,22 @@ class _Scorer:
     fn: Callable | None = None
 
 
-@functools.lru_cache(maxsize=32)
 def _vmapped_scan(names: tuple[str, ...]) -> Callable:
+    """The vmapped SAUCE scan of a block of grid points, compiled for the current platform
+    (CPU code-generation options only on a CPU)."""
+    from fastuq.kernels._compile import default_platform
+
+    return _vmapped_scan_for(names, default_platform())
+
+
+@functools.lru_cache(maxsize=32)
+def _vmapped_scan_for(names: tuple[str, ...], platform: str) -> Callable:
     """The jitted block scorer for a set of swept parameters (cached, so that later sweeps
     of the same parameters and shapes reuse its compilations)."""
     import jax
 
     from fastuq.engine.registry import get_estimator
-    from fastuq.kernels.constants import XLA_COMPILER_OPTIONS
+    from fastuq.kernels._compile import compiler_options
 
     kernel = get_estimator("sauce").kernel_fn("jax")
 
@@ -525,7 +533,7 @@ def _vmapped_scan(names: tuple[str, ...]) -> Callable:
         return kernel(a, h, m, **values)
 
     return jax.jit(jax.vmap(one, in_axes=(None, None, None, None, 0)),
-                   compiler_options=XLA_COMPILER_OPTIONS)
+                   compiler_options=compiler_options(platform))
 
 
 def _make_scorer(

@@ -1,4 +1,4 @@
-"""Jit a kernel so that a top-level call compiles with ``XLA_COMPILER_OPTIONS``.
+"""Jit a kernel so that a top-level call on a CPU compiles with ``XLA_COMPILER_OPTIONS``.
 
 JAX takes ``compiler_options`` only on the outermost jit (a nested jit that has them
 raises), and XLA compiles a whole program with the options of that outermost jit. So a
@@ -22,10 +22,36 @@ except ImportError:  # pragma: no cover - other JAX versions
     _outside_traces = None
 
 
+def _on_cpu(args, kwargs) -> bool:
+    """Whether a top-level call runs on a CPU: its committed array arguments' devices, else
+    :func:`default_platform`."""
+    for leaf in jax.tree.leaves((args, kwargs)):
+        if isinstance(leaf, jax.Array) and getattr(leaf, "committed", False):
+            return all(d.platform == "cpu" for d in leaf.devices())
+    return default_platform() == "cpu"
+
+
 def _top_level(args, kwargs) -> bool:
     if _outside_traces is not None:
         return _outside_traces()
     return not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((args, kwargs)))
+
+
+def default_platform() -> str:
+    """The platform a computation without committed inputs runs on: that of
+    ``jax.default_device`` when it is set (fastuq's ``device_scope`` sets it), else JAX's
+    default backend."""
+    dev = jax.config.jax_default_device
+    if dev is None:
+        return jax.default_backend()
+    return dev if isinstance(dev, str) else dev.platform
+
+
+def compiler_options(platform: str | None = None) -> dict:
+    """``XLA_COMPILER_OPTIONS`` for a CPU program, none for any other platform (the options
+    are CPU code-generation settings; other backends are not given them)."""
+    platform = default_platform() if platform is None else platform
+    return dict(XLA_COMPILER_OPTIONS) if platform == "cpu" else {}
 
 
 def kernel_jit(fun=None, **jit_kwargs):
@@ -40,7 +66,7 @@ def kernel_jit(fun=None, **jit_kwargs):
 
     @functools.wraps(fun)
     def call(*args, **kwargs):
-        if _top_level(args, kwargs):
+        if _top_level(args, kwargs) and _on_cpu(args, kwargs):
             return with_options(*args, **kwargs)
         return plain(*args, **kwargs)
 

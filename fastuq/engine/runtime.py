@@ -327,7 +327,7 @@ def per_device(fn, axes: tuple[int | None, ...], **kwargs):
     import jax
     from jax.sharding import PartitionSpec as P
 
-    from fastuq.kernels.constants import XLA_COMPILER_OPTIONS
+    from fastuq.kernels._compile import compiler_options
 
     devices = tuple(local_devices())
     key = (fn, axes, tuple(sorted(kwargs.items())), devices)
@@ -346,7 +346,7 @@ def per_device(fn, axes: tuple[int | None, ...], **kwargs):
                                  check_vma=False)(*args)
 
         # The whole program compiles with the kernels' options (an enclosing jit's win).
-        _PER_DEVICE[key] = jax.jit(run, compiler_options=XLA_COMPILER_OPTIONS)
+        _PER_DEVICE[key] = jax.jit(run, compiler_options=compiler_options(devices[0].platform))
     return _PER_DEVICE[key]
 
 
