@@ -185,3 +185,36 @@ def test_umas_blocks_bit_identical(t_max, n_agents, explicit, dtype):
             got = {k: np.asarray(v) for k, v in umas_scan(conf, mask, edges, fields=fields,
                                                            block=block).items()}
             _assert_bit_equal(got, ref)
+
+
+def test_cpu_options_only_on_cpus():
+    from fastuq.kernels._compile import compiler_options, default_platform
+
+    assert compiler_options("cpu") == XLA_COMPILER_OPTIONS
+    assert compiler_options("gpu") == {} and compiler_options("cuda") == {}
+    assert compiler_options() == (XLA_COMPILER_OPTIONS if default_platform() == "cpu" else {})
+    cpu = jax.devices("cpu")[0]
+    with jax.default_device(cpu):
+        assert default_platform() == "cpu"
+        assert compiler_options() == XLA_COMPILER_OPTIONS
+
+
+def test_kernel_jit_picks_the_plain_program_inside_a_trace():
+    from fastuq.kernels._compile import kernel_jit
+
+    seen = []
+
+    @kernel_jit
+    def double(x):
+        seen.append(type(x).__name__)
+        return 2 * x
+
+    x = jax.device_put(np.arange(4.0, dtype=np.float32), jax.devices("cpu")[0])
+    np.testing.assert_array_equal(np.asarray(double(x)), 2 * np.arange(4.0))
+    assert double.with_options._cache_size() == 1 and double.plain._cache_size() == 0
+    # inside another jit the plain program is traced (a nested jit given compiler options
+    # raises), and the with-options one is not touched again
+    np.testing.assert_array_equal(np.asarray(jax.jit(lambda v: double(v) + 1)(x)),
+                                  2 * np.arange(4.0) + 1)
+    assert double.with_options._cache_size() == 1
+    assert len(seen) == 2  # traced once for each program
