@@ -35,7 +35,12 @@ from fastuq.metrics.inputs import (
     check_finite,
     warn_single_class,
 )
-from fastuq.metrics.platt import PlattConvergenceWarning, oof_briers, oof_platt
+from fastuq.metrics.platt import (
+    PlattConvergenceWarning,
+    oof_briers,
+    oof_briers_columns,
+    oof_platt,
+)
 from fastuq.metrics.rank import RANK_METRICS, rank_metrics, rank_metrics_rows
 
 __all__ = [
@@ -316,6 +321,21 @@ def evaluate(
     return {k: out[k] for k in ("name", "n", "accuracy", *metrics)}
 
 
+class _Columns:
+    """A sequence of ``n`` columns made by ``get(j)`` when read."""
+
+    def __init__(self, n: int, get) -> None:
+        self._n, self._get = n, get
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, j: int) -> np.ndarray:
+        if not 0 <= j < self._n:
+            raise IndexError(j)
+        return self._get(j)
+
+
 def group_codes(groups: ArrayLike, n: int) -> tuple[np.ndarray, list[str]]:
     """``(codes [N] int32, names)`` of a group label per row (NumPy, pyarrow or Polars;
     strings or numbers), names sorted; one hash pass for Arrow and Polars columns."""
@@ -397,7 +417,7 @@ def evaluate_groups(
                 if m != "auarc":
                     pooled_rank[m][:] = np.nan
 
-    def table(yg: np.ndarray, xg: np.ndarray | None, rank: dict[str, np.ndarray]):
+    def table(yg: np.ndarray, xg, rank: dict[str, np.ndarray]):
         ng = yg.shape[0]
         n_pos = int(np.count_nonzero(yg))
         out: dict[str, np.ndarray] = {
@@ -413,22 +433,19 @@ def evaluate_groups(
                 out[m] = np.full(c, np.nan)
         if "brier_platt" in metrics or "ece" in metrics:
             if c and _platt_defined("Platt scaling (Brier-Platt, ECE)", yg, x, n_folds, C):
-                brier, ece_values = oof_briers(yg, xg, n_folds=n_folds, seed=seed, C=C,
-                                               n_bins=int(n_bins))
+                brier, ece_values = oof_briers_columns(yg, xg, n_folds=n_folds, seed=seed,
+                                                       C=C, n_bins=int(n_bins))
                 out.update({"brier_platt": brier, "ece": ece_values})
             else:
                 out.update({m: np.full(c, np.nan) for m in ("brier_platt", "ece")})
         return {k: out[k] for k in ("name", "n", "accuracy", *metrics)}
 
-    pooled = table(y, x, pooled_rank)
+    pooled = table(y, [x[:, j] for j in range(c)], pooled_rank)
     per_group = {}
     for g, name in enumerate(group_names):
         keep = members[g]
-        xg = None
-        if "brier_platt" in metrics or "ece" in metrics:
-            xg = np.empty((c, int(np.count_nonzero(keep))), x.dtype).T  # column-major
-            for j in range(c):
-                xg[:, j] = x[keep, j]
+        # each group's column is gathered when a Platt worker takes it
+        xg = _Columns(c, lambda j, keep=keep: x[keep, j])
         per_group[name] = table(y[keep], xg,
                                 {m: group_rank[m][:, g] for m in rank_wanted} if c else {})
     return pooled, per_group

@@ -281,18 +281,36 @@ def oof_briers(
     every column of validated ``x [N, C]`` (:func:`oof_platt`'s), without keeping the
     probabilities: long columns (:data:`FAST_MIN_ROWS`) get both from the held-out loop of
     :mod:`fastuq.metrics.platt_fast`, one column at a time."""
+    return oof_briers_columns(labels, [x[:, j] for j in range(x.shape[1])], n_folds=n_folds,
+                              seed=seed, C=C, n_bins=n_bins)
+
+
+def oof_briers_columns(
+    labels: np.ndarray,
+    columns,
+    *,
+    n_folds: int = 5,
+    seed: int = 0,
+    C: float | None = 1.0,
+    n_bins: int = 15,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`oof_briers` of a sequence of validated columns ``[N]`` (read by index; a lazy
+    sequence keeps one column per worker in memory on the long-column path)."""
     from fastuq.metrics.ece import ece_matrix
 
-    n, nc = x.shape
+    n, nc = labels.shape[0], len(columns)
     if n < FAST_MIN_ROWS or nc == 0:
+        x = np.empty((nc, n), np.result_type(*(columns[j].dtype for j in range(nc)))
+                     if nc else np.float64).T
+        for j in range(nc):
+            x[:, j] = columns[j]
         prob = oof_platt(labels, x, n_folds=n_folds, seed=seed, C=C)
         d = prob - labels[:, None]
         return np.einsum("nc,nc->c", d, d) / n, ece_matrix(labels, prob, n_bins)
     from fastuq.metrics.platt_fast import platt_columns
 
     fold = stratified_folds(labels, n_folds, seed, check_classes=False)
-    _, brier, ece = platt_columns(labels, [x[:, j] for j in range(nc)], fold, _penalty(C),
-                                  n_bins=n_bins)
+    _, brier, ece = platt_columns(labels, columns, fold, _penalty(C), n_bins=n_bins)
     return brier, ece
 
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 import functools
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -60,17 +60,20 @@ _QUAD_NEXT = 1e-11
 
 class FoldLayout:
     """Rows in fold order: ``perm [N]`` (row of each fold-ordered position), ``bounds
-    [F + 1]`` (segment ``f`` is ``bounds[f]:bounds[f + 1]``) and the labels in that order."""
+    [F + 1]`` (segment ``f`` is ``bounds[f]:bounds[f + 1]``) and the labels ``y [N]`` int8
+    in that order."""
 
     def __init__(self, fold: np.ndarray, labels: np.ndarray) -> None:
         nf = int(fold.max()) + 1
         self.nf = nf
-        self.perm = np.argsort(fold.astype(np.int8 if nf < 128 else np.int64), kind="stable")
+        perm = np.argsort(fold.astype(np.int8 if nf < 128 else np.int64), kind="stable")
+        self.perm = perm.astype(np.int32) if fold.shape[0] < 1 << 31 else perm
         counts = np.bincount(fold, minlength=nf)
         self.bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        self.y = labels[self.perm].astype(np.float64)
+        self.y = labels[self.perm].astype(np.int8)  # 0 / 1 in fold order
         self.n = int(fold.shape[0])
-        sy = np.add.reduceat(self.y, self.bounds[:-1]) if self.n else np.zeros(nf)
+        sy = np.add.reduceat(self.y, self.bounds[:-1], dtype=np.float64) if self.n else \
+            np.zeros(nf)
         self.n_train = (self.n - counts).astype(np.float64)  # [F]
         self.sy = sy.sum() - sy  # [F] training-row sums of y
 
@@ -330,7 +333,7 @@ def _one_column(
                                zip(layout.bounds[:-1], layout.bounds[1:], strict=False)])
             sub_bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
             ysub = layout.y[pick]
-            s_y = np.add.reduceat(ysub, sub_bounds[:-1])
+            s_y = np.add.reduceat(ysub, sub_bounds[:-1], dtype=np.float64)
             sub_train = (sub_bounds[-1] - counts).astype(np.float64)
             run, _ = runner(xs[pick], ysub, sub_bounds)
             v, b, _ = _newton(run, s_y.sum() - s_y, sub_train,
@@ -355,14 +358,16 @@ def _one_column(
 
 def platt_columns(
     labels: np.ndarray,
-    columns: list[np.ndarray],
+    columns: Sequence[np.ndarray],
     fold: np.ndarray,
     lam: float,
     *,
     n_bins: int = 15,
     want_prob: bool = False,
 ) -> tuple[list[np.ndarray | None], np.ndarray, np.ndarray]:
-    """Out-of-fold Platt scaling of each column ``[N]`` of ``columns``: ``(probabilities
+    """Out-of-fold Platt scaling of each column ``[N]`` of ``columns`` (any sequence; items
+    are read by index when a worker takes them, so a lazy one holds one column per worker in
+    memory): ``(probabilities
     [N] per column (None unless ``want_prob``), Brier [C], ECE [C])`` float64, with held-out
     folds ``fold [N]`` (int, 0..F-1, every fold non-empty) and penalty ``lam = 1 / C``.
 
@@ -375,21 +380,21 @@ def platt_columns(
     lock = threading.Lock()
     free = list(devices)
 
-    def job(x):
+    def job(j: int):
         with lock:
             device = free.pop()
-        try:
-            return _one_column(layout, x, lam, device, n_bins, want_prob)
+        try:  # a lazy sequence converts its column here, one per worker at a time
+            return _one_column(layout, columns[j], lam, device, n_bins, want_prob)
         finally:
             with lock:
                 free.append(device)
 
     workers = max(1, min(len(devices), len(columns)))
     if workers == 1:
-        results = [job(x) for x in columns]
+        results = [job(j) for j in range(len(columns))]
     else:
         with ThreadPoolExecutor(workers) as pool:
-            results = list(pool.map(job, columns))
+            results = list(pool.map(job, range(len(columns))))
     bad = sum(not r[3] for r in results)
     if bad:
         warnings.warn(
