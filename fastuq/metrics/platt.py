@@ -29,6 +29,7 @@ coefficients, unpenalised).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -53,6 +54,11 @@ _MAX_ITER = 60
 #: 2 s of CPU per column against 4.5 s.
 FAST_MIN_ROWS = 1 << 21
 _STEP_TOL = 1e-11
+#: :func:`newton_fits` with ``quad``: a fresh step this small (relative) may finish a fit,
+_QUAD_STEP = 1e-4
+#: when the step after it, predicted from the measured contraction, is this small (relative;
+#: what _STEP_TOL leaves).
+_QUAD_NEXT = 1e-11
 
 
 class PlattConvergenceWarning(UserWarning):
@@ -162,6 +168,85 @@ def _pass(x, train, mean, scale, v, b, *, rows):
     return sums[..., 0]
 
 
+def newton_fits(
+    run: Callable[[np.ndarray, np.ndarray, np.ndarray], Sequence[np.ndarray]],
+    sy: np.ndarray,
+    lam: float,
+    v: np.ndarray,
+    b: np.ndarray,
+    *,
+    syz: np.ndarray | None = None,
+    quad: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Newton's method on ``0.5 lam v**2 + sum_{training i} logloss(y_i, v z_i + b)`` for
+    every fit at once, from ``(v, b)`` (any shape, e.g. ``[F, C]`` or ``[F]``), with step
+    halving where the objective rises and a closed-form 2x2 solve per fit.
+
+    ``run(v, b, active)`` returns the training-row sums of ``softplus(t)``, ``q``, ``q z``,
+    ``w``, ``w z`` and ``w z**2`` at ``(v, b)`` (see :func:`_pass`); fits not ``active``
+    (finished) may be left unsummed. ``sy``: the training-row sums of ``y``; ``syz``: those
+    of ``y z``, or None when ``run`` returns them as a seventh sum (read at the first pass).
+
+    A fit stops when its step is below :data:`_STEP_TOL` ``(1 + |v| + |b|)`` (keeping the
+    point before the step), or, with ``quad``, when a fresh Newton step is below
+    :data:`_QUAD_STEP` of that scale and the contraction measured over its last two fresh
+    steps (``c = |d_k| / |d_{k-1}|**2``) predicts the next below :data:`_QUAD_NEXT` of it
+    (keeping the point after the step). Returns ``(v, b, done)``, ``done`` false for fits
+    that did not stop in :data:`_MAX_ITER` passes.
+    """
+    shape = v.shape
+    v_old, b_old = v.copy(), b.copy()
+    obj_old = np.full(shape, np.inf)  # objective at the last accepted point
+    dv = np.zeros(shape)
+    db = np.zeros(shape)
+    last = np.full(shape, np.nan)  # size of the last fresh Newton step
+    done = np.zeros(shape, bool)
+    for _ in range(_MAX_ITER):
+        s_sp, s_q, s_qz, hbb, hvb, hvv, *rest = run(v, b, ~done)
+        if syz is None:
+            syz = rest[0]  # fixed by the standardisation
+        obj = s_sp - v * syz - b * sy + 0.5 * lam * v * v
+        gv = s_qz - syz + lam * v
+        gb = s_q - sy
+        hvv = hvv + lam
+        # Accept the point unless the objective rose (beyond rounding) along the last step;
+        # then halve that step instead.
+        rose = ~done & (obj > obj_old + 1e-13 * np.abs(obj_old))
+        acc = ~done & ~rose
+        # Newton step from the point: solve (H + eps I) d = -g in closed form (eps only
+        # guards a singular H; it does not move the optimum). Finished fits may not have
+        # been summed: their step is not used.
+        eps = 1e-13 * (hvv + hbb)
+        h11, h12, h22 = hvv + eps, hvb, hbb + eps
+        det = np.where(done, 1.0, h11 * h22 - h12 * h12)
+        nv = -(h22 * gv - h12 * gb) / det
+        nb = -(h11 * gb - h12 * gv) / det
+        v_old = np.where(acc, v, v_old)
+        b_old = np.where(acc, b, b_old)
+        obj_old = np.where(acc, obj, obj_old)
+        dv = np.where(acc, nv, np.where(rose, 0.5 * dv, dv))
+        db = np.where(acc, nb, np.where(rose, 0.5 * db, db))
+        size = np.maximum(np.abs(dv), np.abs(db))
+        scale = 1.0 + np.abs(v_old) + np.abs(b_old)
+        stop = ~done & (size <= _STEP_TOL * scale)
+        if quad:
+            c = np.where(np.isfinite(last) & (last > 0),
+                         size / np.maximum(last, 1e-300) ** 2, np.inf)
+            finish = acc & ~stop & (size <= _QUAD_STEP * scale) & \
+                (c * size * size <= _QUAD_NEXT * scale)
+            last = np.where(acc, size, last)
+            # a fit finished this way keeps the point after its last step
+            v_old = np.where(finish, v_old + dv, v_old)
+            b_old = np.where(finish, b_old + db, b_old)
+            stop |= finish
+        done |= stop
+        v = np.where(done, v_old, v_old + dv)
+        b = np.where(done, b_old, b_old + db)
+        if done.all():
+            break
+    return v, b, done
+
+
 def _newton(
     x: np.ndarray,
     train: np.ndarray,
@@ -174,7 +259,8 @@ def _newton(
     """Platt parameters ``(v, b)`` ``[F, C]`` of every fit (module doc): the minimiser of
     ``0.5 lam v**2 + sum_{training i} logloss(y_i, v z_i + b)`` with ``z = (x - mean) /
     scale``, for ``x [N, C]``, training rows ``train [F, N]`` (0 / 1), labels ``y [N]``
-    (0 / 1 float64) and the fits' standardisation ``mean, scale [F, C]``."""
+    (0 / 1 float64) and the fits' standardisation ``mean, scale [F, C]``
+    (:func:`newton_fits` with the sums of :func:`_pass`)."""
     n = x.shape[0]
     nf, nc = mean.shape
     # Training-row sums of y and y z per fit: the loss's linear part is analytic,
@@ -185,42 +271,12 @@ def _newton(
     for r0 in range(0, n, rows):
         syz += (_standardised(x, r0, rows, mean, scale) @ ty[:, r0 : r0 + rows, None])[..., 0]
     pbar = sy[:, 0] / train.sum(axis=1)  # [F] training base rate, in (0, 1)
-    v = np.zeros((nf, nc))
-    b = np.repeat(np.log(pbar / (1.0 - pbar))[:, None], nc, axis=1)
-    v_old, b_old = v.copy(), b.copy()
-    obj_old = np.full((nf, nc), np.inf)  # objective at the last accepted point
-    dv = np.zeros((nf, nc))
-    db = np.zeros((nf, nc))
-    done = np.zeros((nf, nc), bool)
-    for _ in range(_MAX_ITER):
-        s_sp, s_q, s_qz, hbb, hvb, hvv = _pass(x, train, mean, scale, v, b, rows=rows)
-        obj = s_sp - v * syz - b * sy + 0.5 * lam * v * v
-        gv = s_qz - syz + lam * v
-        gb = s_q - sy
-        hvv = hvv + lam
-        # Accept the point unless the objective rose (beyond rounding) along the last step;
-        # then halve that step instead.
-        rose = ~done & (obj > obj_old + 1e-13 * np.abs(obj_old))
-        acc = ~done & ~rose
-        # Newton step from the point: solve (H + eps I) d = -g in closed form (eps only
-        # guards a singular H; it does not move the optimum).
-        eps = 1e-13 * (hvv + hbb)
-        h11, h12, h22 = hvv + eps, hvb, hbb + eps
-        det = h11 * h22 - h12 * h12
-        nv = -(h22 * gv - h12 * gb) / det
-        nb = -(h11 * gb - h12 * gv) / det
-        v_old = np.where(acc, v, v_old)
-        b_old = np.where(acc, b, b_old)
-        obj_old = np.where(acc, obj, obj_old)
-        dv = np.where(acc, nv, np.where(rose, 0.5 * dv, dv))
-        db = np.where(acc, nb, np.where(rose, 0.5 * db, db))
-        size = np.maximum(np.abs(dv), np.abs(db))
-        done |= size <= _STEP_TOL * (1.0 + np.abs(v_old) + np.abs(b_old))
-        v = np.where(done, v_old, v_old + dv)
-        b = np.where(done, b_old, b_old + db)
-        if done.all():
-            break
-    else:
+    v0 = np.zeros((nf, nc))
+    b0 = np.repeat(np.log(pbar / (1.0 - pbar))[:, None], nc, axis=1)
+    v, b, done = newton_fits(
+        lambda v, b, active: _pass(x, train, mean, scale, v, b, rows=rows), sy, lam, v0, b0,
+        syz=syz)
+    if not done.all():
         warnings.warn(
             f"Platt scaling: Newton's method did not converge in {_MAX_ITER} iterations for "
             f"{int((~done).sum())} (fold, column) fits (separable scores with C=None?)",

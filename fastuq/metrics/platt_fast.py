@@ -12,14 +12,15 @@ columns (``N >=`` :data:`fastuq.metrics.platt.FAST_MIN_ROWS`):
 * **Moments.** Each fit's training mean and population standard deviation come from
   per-segment sums, means and centred squares (Chan's parallel formula), and its extremes
   from per-segment extremes (one value: mean = that value, scale 1, as StandardScaler).
-* **Newton's method** with the same step control (closed-form 2x2 solve, step halving when
-  the objective rises) runs in two stages: first on every ``s``-th row of the fold-ordered
-  column (about :data:`WARM_ROWS` rows, penalty scaled by the fraction), a starting point a
-  few 1e-3 from the optimum; then on all rows, where Newton's quadratic convergence needs
-  two or three passes. The full-data stage stops when a Newton step is below
-  ``1e-11 (1 + |v| + |b|)`` (as the matrix path), or when it is below ``1e-6 (1 + |v| +
-  |b|)`` and the contraction measured over the last two steps predicts that the step after
-  it would be below ``1e-13 (1 + |v| + |b|)``; the point after the step is returned then.
+* **Newton's method** (:func:`fastuq.metrics.platt.newton_fits`, as the matrix path: a
+  closed-form 2x2 solve, step halving when the objective rises) runs in two stages: first
+  on every ``s``-th row of the fold-ordered column (about :data:`WARM_ROWS` rows, penalty
+  scaled by the fraction), a starting point a few 1e-3 from the optimum; then on all rows,
+  where Newton's quadratic convergence needs two or three passes. The full-data stage stops
+  a fit when its step is below ``1e-11 (1 + |v| + |b|)`` (as the matrix path), or when a
+  fresh step is below ``1e-4 (1 + |v| + |b|)`` and the contraction measured over its last
+  two fresh steps predicts the step after it below ``1e-11 (1 + |v| + |b|)``; the point
+  after the step is returned then.
 * **Row sums** (softplus, sigmoid and its derivative, times 1, z and z**2; and y z) are a
   ``fori_loop`` over blocks of :data:`BLOCK` rows (cache-sized on a CPU, one launch per
   block on a GPU), float64, with the loss's terms computed from ``e = exp(-|t|)`` as in
@@ -44,6 +45,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from fastuq.metrics.platt import _MAX_ITER, PlattConvergenceWarning, _sigmoid, newton_fits
+
 __all__ = ["BLOCK", "WARM_ROWS", "FoldLayout", "platt_columns"]
 
 #: Rows of the warm-start subsample.
@@ -52,10 +55,6 @@ WARM_ROWS = 1 << 19
 BLOCK = 1 << 14
 #: Rows per loop step on an accelerator.
 BLOCK_ACCELERATOR = 1 << 20
-_MAX_ITER = 60
-_STEP_TOL = 1e-11
-_QUAD_STEP = 1e-4
-_QUAD_NEXT = 1e-11
 
 
 class FoldLayout:
@@ -227,69 +226,6 @@ def _blocked(values: np.ndarray, block: int, dtype=np.float64, *,
     return out.reshape(m, block)
 
 
-def _newton(
-    run: Callable[[np.ndarray, np.ndarray], np.ndarray],
-    sy: np.ndarray,
-    n_train: np.ndarray,
-    lam: float,
-    v: np.ndarray,
-    b: np.ndarray,
-    *,
-    quad: bool,
-) -> tuple[np.ndarray, np.ndarray, bool]:
-    """Newton's method on ``0.5 lam v**2 + sum logloss`` for every fit at once, from ``(v,
-    b) [F]``; ``run(v, b, active)`` returns the ``[7, F]`` sums of the active fits (finished
-    fits are not summed again). Returns ``(v, b, converged)``."""
-    nf = v.shape[0]
-    v_old, b_old = v.copy(), b.copy()
-    obj_old = np.full(nf, np.inf)
-    dv = np.zeros(nf)
-    db = np.zeros(nf)
-    last = np.full(nf, np.nan)  # size of the last fresh Newton step
-    done = np.zeros(nf, bool)
-    syz = None
-    for _ in range(_MAX_ITER):
-        s_sp, s_q, s_qz, hbb, hvb, hvv, s_yz = run(v, b, ~done)
-        if syz is None:
-            syz = s_yz  # fixed by the standardisation
-        obj = s_sp - v * syz - b * sy + 0.5 * lam * v * v
-        gv = s_qz - syz + lam * v
-        gb = s_q - sy
-        hvv = hvv + lam
-        rose = ~done & (obj > obj_old + 1e-13 * np.abs(obj_old))
-        acc = ~done & ~rose
-        eps = 1e-13 * (hvv + hbb)
-        h11, h12, h22 = hvv + eps, hvb, hbb + eps
-        det = np.where(done, 1.0, h11 * h22 - h12 * h12)  # finished fits were not summed
-        nv = -(h22 * gv - h12 * gb) / det
-        nb = -(h11 * gb - h12 * gv) / det
-        v_old = np.where(acc, v, v_old)
-        b_old = np.where(acc, b, b_old)
-        obj_old = np.where(acc, obj, obj_old)
-        dv = np.where(acc, nv, np.where(rose, 0.5 * dv, dv))
-        db = np.where(acc, nb, np.where(rose, 0.5 * db, db))
-        size = np.maximum(np.abs(dv), np.abs(db))
-        scale = 1.0 + np.abs(v_old) + np.abs(b_old)
-        finish = np.zeros(nf, bool)
-        if quad:
-            # quadratic convergence: the next step is about c * size**2, with c measured
-            # from the last two fresh steps
-            c = np.where(np.isfinite(last) & (last > 0), size / np.maximum(last, 1e-300) ** 2,
-                         np.inf)
-            finish = acc & (size <= _QUAD_STEP * scale) & (c * size * size <= _QUAD_NEXT * scale)
-        last = np.where(acc, size, last)
-        stop = ~done & (size <= _STEP_TOL * scale)
-        # a finished fit keeps the point after its last step
-        v_old = np.where(finish & ~stop, v_old + dv, v_old)
-        b_old = np.where(finish & ~stop, b_old + db, b_old)
-        done |= stop | finish
-        v = np.where(done, v_old, v_old + dv)
-        b = np.where(done, b_old, b_old + db)
-        if done.all():
-            return v, b, True
-    return v, b, False
-
-
 def _one_column(
     layout: FoldLayout, x: np.ndarray, lam: float, device, n_bins: int, want_prob: bool
 ) -> tuple[np.ndarray | None, float, np.ndarray, bool]:
@@ -336,11 +272,10 @@ def _one_column(
             s_y = np.add.reduceat(ysub, sub_bounds[:-1], dtype=np.float64)
             sub_train = (sub_bounds[-1] - counts).astype(np.float64)
             run, _ = runner(xs[pick], ysub, sub_bounds)
-            v, b, _ = _newton(run, s_y.sum() - s_y, sub_train,
-                              lam * float(sub_train.mean() / layout.n_train.mean()), v, b,
-                              quad=False)
+            v, b, _ = newton_fits(run, s_y.sum() - s_y,
+                                  lam * float(sub_train.mean() / layout.n_train.mean()), v, b)
         run, (xb, yb, bd, ms) = runner(xs, layout.y, layout.bounds, x_blocked)
-        v, b, ok = _newton(run, layout.sy, layout.n_train, lam, v, b, quad=True)
+        v, b, done = newton_fits(run, layout.sy, lam, v, b, quad=True)
         acc = np.asarray(heldout(xb, yb, bd, ms[0], ms[1], jax.device_put(v, device),
                                  jax.device_put(b, device)))
     brier = acc[0]
@@ -353,7 +288,7 @@ def _one_column(
         t *= v[seg]
         t += b[seg]
         prob[layout.perm] = _sigmoid(t)
-    return prob, float(brier) / layout.n, ece, ok
+    return prob, float(brier) / layout.n, ece, bool(done.all())
 
 
 def platt_columns(
@@ -400,20 +335,8 @@ def platt_columns(
         warnings.warn(
             f"Platt scaling: Newton's method did not converge in {_MAX_ITER} iterations for "
             f"the fits of {bad} column(s) (separable scores with C=None?)",
-            _warning_class(),
+            PlattConvergenceWarning,
             stacklevel=3,
         )
     return ([r[0] for r in results], np.array([r[1] for r in results]),
             np.array([r[2] for r in results]))
-
-
-def _sigmoid(t: np.ndarray) -> np.ndarray:
-    from fastuq.metrics.platt import _sigmoid as sigmoid
-
-    return sigmoid(t)
-
-
-def _warning_class():
-    from fastuq.metrics.platt import PlattConvergenceWarning
-
-    return PlattConvergenceWarning
