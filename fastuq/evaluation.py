@@ -144,17 +144,11 @@ def evaluation_table(
         _labels_array(labels), _score_columns(scores), metrics=metrics, n_folds=n_folds,
         seed=seed, C=C, n_bins=n_bins,
     )
-    return pl.DataFrame(
-        {
-            "estimator": pl.Series(out["name"].tolist(), dtype=pl.String),
-            **{m: pl.Series(out[m], dtype=pl.Float64) for m in metrics},
-            "accuracy": pl.Series(out["accuracy"], dtype=pl.Float64),
-            "n": pl.Series(out["n"], dtype=pl.Int64),
-        }
-    )
+    return _frame(out, metrics)
 
 
 def _frame(out: Mapping[str, np.ndarray], metrics: Sequence[str]) -> pl.DataFrame:
+    """An :func:`fastuq.metrics.evaluate` dict as :func:`evaluation_table`'s DataFrame."""
     return pl.DataFrame(
         {
             "estimator": pl.Series(out["name"].tolist(), dtype=pl.String),

@@ -29,18 +29,14 @@ import numpy as np
 
 from fastuq.metrics.ece import ece_matrix
 from fastuq.metrics.inputs import (
+    LazyColumns,
     UndefinedMetricWarning,
     as_labels,
     as_score_matrix,
     check_finite,
     warn_single_class,
 )
-from fastuq.metrics.platt import (
-    PlattConvergenceWarning,
-    oof_briers,
-    oof_briers_columns,
-    oof_platt,
-)
+from fastuq.metrics.platt import PlattConvergenceWarning, oof_briers_columns, oof_platt
 from fastuq.metrics.rank import RANK_METRICS, rank_metrics, rank_metrics_rows
 
 __all__ = [
@@ -137,8 +133,7 @@ def _check_platt_args(n_folds: int, C: float | None) -> None:
         raise ValueError(f"C must be positive, or None / inf for no penalty; got {C!r}")
 
 
-def _platt_defined(metric: str, y: np.ndarray, x: np.ndarray, n_folds: int,
-                   C: float | None) -> bool:
+def _platt_defined(metric: str, y: np.ndarray, n_folds: int, C: float | None) -> bool:
     """Whether out-of-fold fits are defined (both classes, at least 2 rows each); warns
     when not."""
     _check_platt_args(n_folds, C)
@@ -161,7 +156,7 @@ def _platt_or_nan(
     metric: str, y: np.ndarray, x: np.ndarray, n_folds: int, seed: int, C: float | None
 ) -> np.ndarray | None:
     """Out-of-fold probabilities ``[N, C]``, or None (after a warning) when undefined."""
-    if not _platt_defined(metric, y, x, n_folds, C):
+    if not _platt_defined(metric, y, n_folds, C):
         return None
     if x.shape[1] == 0:
         return np.empty((y.shape[0], 0))
@@ -282,6 +277,16 @@ def evaluate(
     Keyword arguments are those of :func:`brier_platt` and :func:`ece`. Single-class labels
     warn once per undefined metric.
     """
+    y, x, col_names = _prepared(labels, scores, metrics, names, n_folds, C, n_bins)
+    rank_wanted = tuple(m for m in metrics if m in RANK_METRICS)
+    rank = rank_metrics(y, x, rank_wanted) if rank_wanted else {}
+    return _table(y, [x[:, j] for j in range(x.shape[1])], col_names, rank, metrics, n_folds,
+                  seed, C, n_bins)
+
+
+def _prepared(labels, scores, metrics, names, n_folds, C, n_bins):
+    """The checked arguments of :func:`evaluate` / :func:`evaluate_groups`: ``(labels [N]
+    bool, scores x [N, C], column names)``."""
     unknown = [m for m in metrics if m not in METRICS]
     if unknown:
         raise ValueError(f"unknown metric(s) {unknown}; known: {list(METRICS)}")
@@ -289,7 +294,7 @@ def evaluate(
     _check_platt_args(n_folds, C)
     y = as_labels(labels)
     x, was_1d, col_names = as_score_matrix(scores, y.shape[0])
-    n, c = x.shape
+    c = x.shape[1]
     if names is not None:
         col_names = [str(s) for s in names]
         if len(col_names) != c:
@@ -297,43 +302,33 @@ def evaluate(
     elif col_names is None:
         col_names = ["score"] if was_1d else [f"score_{j}" for j in range(c)]
     check_finite(x, col_names)
-    n_pos = int(np.count_nonzero(y))
+    return y, x, col_names
 
+
+def _table(y, columns, col_names, rank, metrics, n_folds, seed, C, n_bins):
+    """:func:`evaluate`'s table of the rows with labels ``y [N]`` and score ``columns`` (a
+    sequence of ``[N]``, read by index), given their rank metrics ``rank`` (name -> ``[C]``):
+    single-class warnings and NaNs, then Brier-Platt and ECE."""
+    n, c = y.shape[0], len(col_names)
+    n_pos = int(np.count_nonzero(y))
     out: dict[str, np.ndarray] = {
         "name": np.array(col_names, dtype=str),
         "n": np.full(c, n, np.int64),
         "accuracy": np.full(c, n_pos / n),
     }
-    rank_wanted = tuple(m for m in metrics if m in RANK_METRICS)
-    if rank_wanted:
-        for m in rank_wanted:
-            if m != "auarc":
-                warn_single_class(m.upper(), n_pos, n)
-        out.update(rank_metrics(y, x, rank_wanted))
+    for m, values in rank.items():
+        if m != "auarc":
+            warn_single_class(m.upper(), n_pos, n)
+        single = m != "auarc" and (n_pos == 0 or n_pos == n)
+        out[m] = np.full(c, np.nan) if single else values
     if "brier_platt" in metrics or "ece" in metrics:
-        if _platt_defined("Platt scaling (Brier-Platt, ECE)", y, x, n_folds, C):
-            brier, ece_values = oof_briers(y, x, n_folds=n_folds, seed=seed, C=C,
-                                           n_bins=int(n_bins))
+        if _platt_defined("Platt scaling (Brier-Platt, ECE)", y, n_folds, C):
+            brier, ece_values = oof_briers_columns(y, columns, n_folds=n_folds, seed=seed, C=C,
+                                                   n_bins=int(n_bins))
             out.update({"brier_platt": brier, "ece": ece_values})
         else:
-            nan = np.full(c, np.nan)
-            out.update({m: nan.copy() for m in ("brier_platt", "ece")})
+            out.update({m: np.full(c, np.nan) for m in ("brier_platt", "ece")})
     return {k: out[k] for k in ("name", "n", "accuracy", *metrics)}
-
-
-class _Columns:
-    """A sequence of ``n`` columns made by ``get(j)`` when read."""
-
-    def __init__(self, n: int, get) -> None:
-        self._n, self._get = n, get
-
-    def __len__(self) -> int:
-        return self._n
-
-    def __getitem__(self, j: int) -> np.ndarray:
-        if not 0 <= j < self._n:
-            raise IndexError(j)
-        return self._get(j)
 
 
 def group_codes(groups: ArrayLike, n: int) -> tuple[np.ndarray, list[str]]:
@@ -385,67 +380,30 @@ def evaluate_groups(
     metrics of every group come from the pooled sort of each column (a stable order
     restricted to a subset is the subset's stable order), so grouping adds no sort.
     """
-    unknown = [m for m in metrics if m not in METRICS]
-    if unknown:
-        raise ValueError(f"unknown metric(s) {unknown}; known: {list(METRICS)}")
-    _check_n_bins(n_bins)
-    _check_platt_args(n_folds, C)
-    y = as_labels(labels)
-    x, was_1d, col_names = as_score_matrix(scores, y.shape[0])
+    y, x, col_names = _prepared(labels, scores, metrics, names, n_folds, C, n_bins)
     n, c = x.shape
-    if names is not None:
-        col_names = [str(s) for s in names]
-        if len(col_names) != c:
-            raise ValueError(f"names has {len(col_names)} entries for {c} score columns")
-    elif col_names is None:
-        col_names = ["score"] if was_1d else [f"score_{j}" for j in range(c)]
-    check_finite(x, col_names)
     codes, group_names = group_codes(groups, n)
     members = [codes == g for g in range(len(group_names))]
 
     rank_wanted = tuple(m for m in metrics if m in RANK_METRICS)
-    pooled_rank: dict[str, np.ndarray] = {}
-    group_rank: dict[str, np.ndarray] = {}
+    pooled_rank = {m: np.full(c, np.nan) for m in rank_wanted}
+    group_rank = {m: np.full((c, len(group_names)), np.nan) for m in rank_wanted}
     if rank_wanted and c:
         # float64 columns: one at a time (Polars' arg_sort of each uses every core; two
         # columns at once would double the sort temporaries, about 0.5 GB per 1e7 rows)
         threads = 1 if x.dtype == np.float64 and n >= 1 << 20 else None
         pooled_rank, group_rank = rank_metrics_rows(y, x.T, rank_wanted, subsets=members,
                                                     threads=threads)
-        if y.shape[0] and not (0 < np.count_nonzero(y) < n):  # as rank_metrics: single class
-            for m in rank_wanted:
-                if m != "auarc":
-                    pooled_rank[m][:] = np.nan
 
-    def table(yg: np.ndarray, xg, rank: dict[str, np.ndarray]):
-        ng = yg.shape[0]
-        n_pos = int(np.count_nonzero(yg))
-        out: dict[str, np.ndarray] = {
-            "name": np.array(col_names, dtype=str),
-            "n": np.full(c, ng, np.int64),
-            "accuracy": np.full(c, n_pos / ng),
-        }
-        for m in rank_wanted:
-            if m != "auarc":
-                warn_single_class(m.upper(), n_pos, ng)
-            out[m] = rank[m] if c else np.full(c, np.nan)
-            if m != "auarc" and (n_pos == 0 or n_pos == ng):
-                out[m] = np.full(c, np.nan)
-        if "brier_platt" in metrics or "ece" in metrics:
-            if c and _platt_defined("Platt scaling (Brier-Platt, ECE)", yg, x, n_folds, C):
-                brier, ece_values = oof_briers_columns(yg, xg, n_folds=n_folds, seed=seed,
-                                                       C=C, n_bins=int(n_bins))
-                out.update({"brier_platt": brier, "ece": ece_values})
-            else:
-                out.update({m: np.full(c, np.nan) for m in ("brier_platt", "ece")})
-        return {k: out[k] for k in ("name", "n", "accuracy", *metrics)}
+    def table(keep, columns, rank):
+        return _table(y if keep is None else y[keep], columns, col_names, rank, metrics,
+                      n_folds, seed, C, n_bins)
 
-    pooled = table(y, [x[:, j] for j in range(c)], pooled_rank)
+    pooled = table(None, [x[:, j] for j in range(c)], pooled_rank)
     per_group = {}
     for g, name in enumerate(group_names):
         keep = members[g]
         # each group's column is gathered when a Platt worker takes it
-        xg = _Columns(c, lambda j, keep=keep: x[keep, j])
-        per_group[name] = table(y[keep], xg,
-                                {m: group_rank[m][:, g] for m in rank_wanted} if c else {})
+        columns = LazyColumns(c, lambda j, keep=keep: x[keep, j])
+        per_group[name] = table(keep, columns, {m: group_rank[m][:, g] for m in rank_wanted})
     return pooled, per_group

@@ -55,16 +55,17 @@ def _table_columns(scores: Any) -> tuple[list[str], Any] | None:
     module = type(scores).__module__ or ""
     if module.startswith("polars") and hasattr(scores, "get_columns"):
         series = scores.get_columns()
-        return list(scores.columns), _Lazy(len(series), lambda j: series[j].to_numpy())
+        return list(scores.columns), LazyColumns(len(series), lambda j: series[j].to_numpy())
     if module.startswith("pyarrow") and hasattr(scores, "column_names"):
-        return list(scores.column_names), _Lazy(
+        return list(scores.column_names), LazyColumns(
             scores.num_columns,
             lambda j: scores.column(j).to_numpy(zero_copy_only=False))
     return None
 
 
-class _Lazy:
-    """A sequence whose items are converted on access (one column in memory at a time)."""
+class LazyColumns:
+    """A sequence of ``n`` columns made by ``get(j)`` when read (one column in memory at a
+    time)."""
 
     def __init__(self, n: int, get) -> None:
         self._n, self._get = n, get
@@ -156,7 +157,7 @@ def as_score_matrix(
                 )
             col = _as_float(col)
             if x is None:
-                dtypes = [col.dtype] if isinstance(cols, _Lazy) else [
+                dtypes = [col.dtype] if isinstance(cols, LazyColumns) else [
                     _as_float(np.asarray(c)[:0]).dtype for c in cols]
                 # column-major: each column contiguous (the metrics read column by column)
                 x = np.empty((len(names), n), np.result_type(*dtypes, col.dtype)).T
