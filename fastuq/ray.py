@@ -176,17 +176,13 @@ def corpus_files(source: str | os.PathLike | Sequence[str | os.PathLike]) -> lis
       FileNotFoundError: no such file, or a pattern that matches nothing.
       ValueError: a folder or pattern with no corpus file.
     """
-    from fastuq.io.readers import _file_format
+    from fastuq.io.readers import _file_format, folder_files
 
     if isinstance(source, (list, tuple)):
         return [f for s in source for f in corpus_files(s)]
     path = Path(source)
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*")
-                       if p.is_file() and not p.name.startswith(".") and _file_format(p))
-        if not files:
-            raise ValueError(f"{path}: no corpus files (Parquet, Arrow IPC, JSON Lines)")
-        return [str(f) for f in files]
+        return [str(f) for f in folder_files(path)]
     if path.exists():
         return [str(path)]
     if glob.has_magic(os.fspath(source)):

@@ -162,3 +162,17 @@ def test_suite_runs_against_the_installed_package_only(tmp_path):
     assert "fastuq tests: imported fastuq from" in out and str(shadow / "fastuq") in out
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--method", "sauce,nope"], "--method: "),
+    (["--engine", "ray", "--math", "--processes", "2"],
+     "--processes is not used with --engine ray"),
+    (["--engine", "ray", "--method", "nope"], "--method: "),
+])
+def test_score_option_problems_exit_2_before_scoring(tmp_path, capsys, extra, message):
+    out = tmp_path / "out"
+    rc = main(["score", str(sample_corpus_path()), "-o", str(out), *extra])
+    assert rc == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()

@@ -477,3 +477,16 @@ def test_sauce_signals_only_records_like_the_cli_fixture(tmp_path):
     assert got.column_names == ["trajectory_id", "agreement", "token_entropy", "protocol"]
     assert got["trajectory_id"].to_pylist() == [f"r{k}" for k in range(5)]
     assert got["agreement"].to_pylist() == [[1.0, 0.5]] * 5
+
+
+def test_folder_files_lists_corpus_files_below_a_folder(tmp_path):
+    from fastuq.io.readers import folder_files
+
+    (tmp_path / "b").mkdir()
+    for name in ("b/z.parquet", "a.jsonl.gz", ".hidden.parquet", "notes.txt", "c.arrow"):
+        (tmp_path / name).write_bytes(b"")
+    assert folder_files(tmp_path) == [tmp_path / "a.jsonl.gz", tmp_path / "b" / "z.parquet",
+                                      tmp_path / "c.arrow"]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no corpus files"):
+        folder_files(tmp_path / "empty")

@@ -108,7 +108,8 @@ def _summary(report, stream) -> None:
 
 
 def _option_problem(args: argparse.Namespace) -> str | None:
-    """An option that would be ignored (or mean nothing), as an error message."""
+    """An option that would be ignored (or mean nothing), or an unknown ``--method``, as an
+    error message."""
     if args.skipped is not None and args.on_error != "skip":
         return "--skipped only applies with --on-error skip (nothing is skipped otherwise)"
     if args.max_skip_fraction is not None and args.on_error != "skip":
@@ -121,6 +122,14 @@ def _option_problem(args: argparse.Namespace) -> str | None:
         return f"--observation-noise must be finite and >= 0, got {args.observation_noise}"
     if args.engine == "ray" and args.pack != "auto":
         return "--pack applies to the local engine (--engine ray workers pack on the host)"
+    if args.engine == "ray" and args.processes is not None:
+        return "--processes is not used with --engine ray (each worker checks its chunks)"
+    from fastuq.engine.scoring import _method_list
+
+    try:
+        _method_list(args.method)
+    except ValueError as exc:
+        return f"--method: {exc}"
     return None
 
 
@@ -128,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``fastuq score``; returns the exit status."""
     from fastuq.cli import sample_corpus_path
     from fastuq.engine.runtime import tune_allocator, use_cpu_devices
-    from fastuq.engine.scoring import ProgressBar, _method_list, score_file
+    from fastuq.engine.scoring import ProgressBar, score_file
     from fastuq.io.writers import OutputError, cli_check_outputs
 
     prog = "fastuq score"
@@ -140,11 +149,6 @@ def run(args: argparse.Namespace) -> int:
         return 2
     source = sample_corpus_path() if sample else Path(args.input)
     problem = _option_problem(args)
-    if problem is None:
-        try:
-            _method_list(args.method)
-        except ValueError as exc:
-            problem = f"--method: {exc}"
     if problem is not None:
         return cs.fail(prog, problem)
     skipped = args.skipped
@@ -195,20 +199,12 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_ray(args: argparse.Namespace, prog: str) -> int:
     """``fastuq score --engine ray INPUT -o OUT_DIR``: :func:`fastuq.ray.score_to_folder`."""
-    from fastuq.engine.scoring import _method_list
     from fastuq.io.writers import OutputError
 
     if args.sample or args.input is None or not args.output:
         return cs.fail(prog, "--engine ray scores INPUT (a file, folder or glob) to -o OUT_DIR; "
                              "give both (the bundled sample is scored locally)")
     problem = _option_problem(args)
-    if problem is None and args.processes is not None:
-        problem = "--processes is not used with --engine ray (each worker checks its chunks)"
-    if problem is None:
-        try:
-            _method_list(args.method)
-        except ValueError as exc:
-            problem = f"--method: {exc}"
     if problem is not None:
         return cs.fail(prog, problem)
     try:

@@ -262,16 +262,22 @@ def _file_format(path: Path) -> str | None:
     return _FORMATS.get(os.path.splitext(name)[1])
 
 
+def folder_files(path: Path) -> list[Path]:
+    """The corpus files below folder ``path`` (recursively, sorted; hidden files and files
+    of no known format left out); ValueError when there is none."""
+    files = sorted(p for p in path.rglob("*")
+                   if p.is_file() and not p.name.startswith(".") and _file_format(p))
+    if not files:
+        raise ValueError(f"{path}: no corpus files (Parquet, Arrow IPC, JSON Lines)")
+    return files
+
+
 def _parts(source: Any, schema: pa.Schema | None, sample_bytes: int, block_size: int
            ) -> Iterator[_Part]:
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         if path.is_dir():
-            files = sorted(p for p in path.rglob("*")
-                           if p.is_file() and not p.name.startswith(".") and _file_format(p))
-            if not files:
-                raise ValueError(f"{path}: no corpus files (Parquet, Arrow IPC, JSON Lines)")
-            for f in files:
+            for f in folder_files(path):
                 yield from _parts(f, schema, sample_bytes, block_size)
             return
         if not path.exists():
