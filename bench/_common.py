@@ -313,6 +313,18 @@ def replace_section(path: Path, name: str, body: str) -> bool:
     return True
 
 
+def publish(out: Path, data: dict[str, Any], render: Callable[[dict[str, Any]], str],
+            name: str, readme: bool) -> None:
+    """Write ``data`` to ``out``, print the section ``render`` makes of it and, when
+    ``readme``, put that section into bench/README.md (between ``name``'s markers)."""
+    write_json(out, data)
+    text = render(data)
+    print(text)
+    print(f"wrote {out} ({data['wall_s']:.0f} s)")
+    if readme and replace_section(README, name, text):
+        print(f"rewrote the {name} section of {README}")
+
+
 def add_output_args(p) -> None:
     """``--out``, ``--no-readme``, ``--from-json`` and the hidden ``--worker`` that the
     benchmarks with a README section share."""

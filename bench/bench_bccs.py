@@ -222,12 +222,7 @@ def main(argv: list[str] | None = None) -> None:
             "repeats": repeats, "machine": machine, "bandwidth": bandwidth,
             "load": {"before": load_before, "after": os.getloadavg()[0]}, "rows": rows,
             "wall_s": time.perf_counter() - start}
-    bc.write_json(out, data)
-    text = render(data)
-    print(text)
-    print(f"wrote {out} ({data['wall_s']:.0f} s)")
-    if not args.quick and not args.no_readme and bc.replace_section(bc.README, NAME, text):
-        print(f"rewrote the {NAME} section of {bc.README}")
+    bc.publish(out, data, render, NAME, readme=not args.quick and not args.no_readme)
 
 
 if __name__ == "__main__":

@@ -224,12 +224,7 @@ def main(argv: list[str] | None = None) -> None:
             "machine": bc.machine_info(), "grid": grid, "dylan": dylan,
             "load": {"before": load_before, "after": os.getloadavg()[0]},
             "wall_s": time.perf_counter() - start}
-    bc.write_json(out, data)
-    text = render(data)
-    print(text)
-    print(f"wrote {out} ({data['wall_s']:.0f} s)")
-    if not args.quick and not args.no_readme and bc.replace_section(bc.README, NAME, text):
-        print(f"rewrote the {NAME} section of {bc.README}")
+    bc.publish(out, data, render, NAME, readme=not args.quick and not args.no_readme)
 
 
 if __name__ == "__main__":
