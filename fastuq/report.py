@@ -9,7 +9,7 @@ The page holds, for a reader who did not run anything:
 * the corpus summary: trajectories, questions, accuracy, rounds and team sizes, pooled and per
   protocol, and the estimators that could not be scored (with the input each one lacks);
 * every estimator's metrics (AUROC, AUARC, PRR, Brier-Platt, ECE, accuracy, n) pooled and per
-  protocol -- the numbers :func:`fastuq.evaluation.evaluation_table` gives, so the same as
+  protocol -- the numbers :func:`fastuq.evaluation.evaluation_tables` gives, so the same as
   ``fastuq eval --by protocol`` prints for the same corpus and options;
 * a risk-coverage plot and one reliability diagram per estimator, pooled and per protocol (the
   plots of ``fastuq eval --plots``, :func:`fastuq.evaluation.plot_risk_coverage` and
@@ -130,8 +130,8 @@ class Report:
       ``agents_mean`` (initial team size; null when the corpus does not say).
     methods: the estimators scored, in registry order; left_out: estimator -> why it was not
       scored (``methods="all"`` only).
-    pooled: the :func:`fastuq.evaluation.evaluation_table` of every trajectory;
-      by_protocol: the same per protocol (empty for a corpus without a ``protocol`` column).
+    pooled, by_protocol: :func:`fastuq.evaluation.evaluation_tables` of every trajectory and
+      per protocol (by_protocol empty for a corpus without a ``protocol`` column).
     figures: group (``"all"`` or a protocol) -> its plots.
     sweep: the :class:`SweepSection`, when a grid was given.
     settings: how the corpus was scored (dtype, backend, observation noise, parameters).
@@ -408,7 +408,7 @@ def build_report(
 
     from fastuq import ESTIMATORS
     from fastuq.engine.scoring import iter_scores
-    from fastuq.evaluation import evaluation_table
+    from fastuq.evaluation import evaluation_tables
 
     if plots:
         from fastuq.evaluation import _figure
@@ -475,12 +475,10 @@ def build_report(
     labels = info_frame["correct"].to_numpy()
     groups = info_frame["protocol"].to_numpy()
 
-    pooled = evaluation_table(labels, score_frame)
-    by_protocol: dict[str, pl.DataFrame] = {}
-    protocols = sorted(set(groups.tolist()) - {_NO_PROTOCOL})
-    for proto in protocols:
-        keep = groups == proto
-        by_protocol[proto] = evaluation_table(labels[keep], score_frame.filter(pl.Series(keep)))
+    # fastuq eval --by protocol's tables (the same function, so the same bits)
+    pooled, by_protocol = evaluation_tables(labels, score_frame, info_frame["protocol"])
+    by_protocol.pop(_NO_PROTOCOL, None)
+    protocols = sorted(by_protocol)
 
     figures: dict[str, list[Figure]] = {}
     if plots:
