@@ -462,20 +462,25 @@ def _prefetch(iterator: Iterator, depth: int = 1, name: str = "fastuq-reader") -
     done = object()
     stop = threading.Event()
 
+    def offer(entry) -> bool:
+        """Put ``entry`` unless the consumer has stopped; timed, so that a wake-up lost to a
+        signal handler's exception in the consumer's thread (SIGTERM) cannot block it."""
+        while not stop.is_set():
+            try:
+                items.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def produce() -> None:
         try:
             for item in iterator:
-                while not stop.is_set():
-                    try:
-                        items.put(("item", item), timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
+                if not offer(("item", item)):
                     return
-            items.put(("end", done))
+            offer(("end", done))
         except BaseException as exc:  # handed to the consumer
-            items.put(("error", exc))
+            offer(("error", exc))
 
     def run() -> None:
         try:

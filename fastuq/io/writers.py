@@ -343,20 +343,36 @@ class BackgroundWriter:
         self.writer = writer
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._error: BaseException | None = None
+        self._closing = False
+        self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fastuq-writer", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        while True:
-            table = self._queue.get()
-            if table is None:
-                return
-            if self._error is not None:
-                continue  # drain: the caller will abort
-            try:
-                self.writer.write(table)
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller
-                self._error = exc
+        import queue
+
+        try:
+            while True:
+                # Timed: SIGTERM's SystemExit raised inside the caller's Queue.put, between
+                # notify releasing this thread's waiter lock and removing it from the list,
+                # leaves a stale (re-acquired) waiter there, and the next notify wakes
+                # nobody; polling recovers such a lost wake-up within 0.1 s.
+                try:
+                    table = self._queue.get(timeout=0.1)
+                except queue.Empty:
+                    if self._closing:
+                        return
+                    continue
+                if table is None:
+                    return
+                if self._error is not None:
+                    continue  # drain: the caller will abort
+                try:
+                    self.writer.write(table)
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                    self._error = exc
+        finally:
+            self._done.set()
 
     def _raise(self) -> None:
         if self._error is not None:
@@ -368,9 +384,20 @@ class BackgroundWriter:
         self._queue.put(table)
 
     def _finish(self) -> None:
-        if self._thread.is_alive():
-            self._queue.put(None)
-            self._thread.join()
+        """Let the thread write what is queued and stop. No blocking put and no
+        ``Thread.join``: an exception raised by a signal handler inside either (SIGTERM's
+        ``SystemExit``) could leave a later wait hanging for ever; the thread stops when it
+        finds the queue empty after ``_closing`` is set (the ``None`` only saves it that
+        wait)."""
+        import queue
+
+        self._closing = True
+        try:
+            self._queue.put_nowait(None)
+        except queue.Full:
+            pass
+        while not self._done.wait(0.1):
+            pass
 
     def close(self) -> None:
         """Wait for every table to be written, then close the writer (publish the file)."""
