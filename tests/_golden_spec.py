@@ -6,10 +6,17 @@ Shared by ``tests/golden/generate.py`` (writes the fixture) and ``tests/test_gol
 command, so that moving modules around inside the package changes nothing here.
 
 A *corpus* is the bundled sample or a seeded ``fastuq.synth`` corpus (optionally with columns
-dropped, so that signals are derived, or with a ``predecessors`` graph added), written to a
-temporary Parquet file and scored from that file. A *job* is one ``fastuq.score`` call on it;
-its scores go to the fixture as columns ``ESTIMATOR|JOB``. *Checks* are further runs (the
-``fastuq score`` command, other chunk sizes) that must reproduce columns already stored.
+dropped, so that signals are derived, or with a ``predecessors`` graph added), scored from a
+Parquet file. The simulated corpora are stored in ``tests/golden/inputs/`` as they were when
+the fixture was made, and the tests score those files instead of simulating again: the
+simulator's floats go through NumPy's exp/log, whose last bits depend on the CPU's vector
+instructions (``NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL AVX512_SPR"`` changes about one
+``seq_logprob`` in ten by an ulp), and scores of other inputs are not the fixture's scores.
+That the stored inputs are still what ``fastuq.synth.corpus`` gives is checked separately
+(:func:`input_differences`: discrete columns equal, floats within :data:`INPUT_TOLERANCE`).
+A *job* is one ``fastuq.score`` call on a corpus; its scores go to the fixture as columns
+``ESTIMATOR|JOB``. *Checks* are further runs (the ``fastuq score`` command, other chunk
+sizes) that must reproduce columns already stored.
 """
 
 from __future__ import annotations
@@ -37,6 +44,15 @@ FORMAT = 1
 #: Tolerances used when the environment differs from the one that made the fixture
 #: (|got - want| <= abs + rel * |want|, NaN where the fixture has NaN).
 TOLERANCE = {"float64": {"rel": 1e-12, "abs": 1e-12}, "float32": {"rel": 2e-6, "abs": 2e-6}}
+
+#: Tolerance for the simulated corpus regenerated here against the stored input (per value,
+#: |here - stored| <= abs + rel * |stored|, by the column's float type; everything that is not
+#: a float must be equal, nulls and list lengths included). Measured without AVX-512
+#: (``NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL AVX512_SPR"``) on the fixture's corpora:
+#: float64 at most 6e-16 relative (seq_logprob, token_entropy), float32 at most 8.4e-8 (one
+#: ulp, 2 of 301,860 top-k log-probs).
+INPUT_TOLERANCE = {"double": {"rel": 1e-13, "abs": 1e-13},
+                   "float": {"rel": 1e-6, "abs": 1e-6}}
 
 DTYPES = ("float64", "float32")
 BACKENDS = ("jax", "numpy")
@@ -148,6 +164,16 @@ def fixture_path(corpus: str, folder: Path = GOLDEN_DIR) -> Path:
     return Path(folder) / f"{corpus}.parquet"
 
 
+def has_input(corpus: str) -> bool:
+    """Whether ``corpus`` is simulated, so that its input is stored in the fixture."""
+    return "synth" in CORPORA[corpus]
+
+
+def input_path(corpus: str, folder: Path = GOLDEN_DIR) -> Path:
+    """The stored input of a simulated corpus: ``inputs/NAME.parquet`` in the fixture."""
+    return Path(folder) / "inputs" / f"{corpus}.parquet"
+
+
 # ---------------------------------------------------------------------------- making corpora
 
 def sample_path() -> Path:
@@ -182,20 +208,28 @@ def _predecessors(table: pa.Table) -> pa.Array:
     return pa.array(out, pa.list_(pa.list_(pa.list_(pa.int32()))))
 
 
-def corpus_table(name: str, _cache: dict | None = None) -> pa.Table:
-    """The corpus ``name`` as a table (the bundled sample read from its file)."""
+def simulate(name: str) -> pa.Table:
+    """A simulated corpus made again here by ``fastuq.synth.corpus`` (what its stored input
+    was made with; the floats may differ from it in the last bits on another CPU)."""
+    from fastuq import synth
+
+    kw = dict(CORPORA[name]["synth"])
+    return synth.corpus(kw.pop("n"), **kw)
+
+
+def corpus_table(name: str, _cache: dict | None = None, *,
+                 folder: Path = GOLDEN_DIR) -> pa.Table:
+    """The corpus ``name`` as a table: the bundled sample and the stored inputs (in the
+    fixture ``folder``) read from their files, the others derived from those."""
     if _cache is not None and name in _cache:
         return _cache[name]
     spec = CORPORA[name]
     if spec.get("sample"):
         table = pq.read_table(sample_path())
     elif "synth" in spec:
-        from fastuq import synth
-
-        kw = dict(spec["synth"])
-        table = synth.corpus(kw.pop("n"), **kw)
+        table = pq.read_table(input_path(name, folder))
     else:
-        table = corpus_table(spec["base"], _cache)
+        table = corpus_table(spec["base"], _cache, folder=folder)
         if spec.get("drop"):
             table = table.drop_columns(spec["drop"])
         if spec.get("graph"):
@@ -205,17 +239,81 @@ def corpus_table(name: str, _cache: dict | None = None) -> pa.Table:
     return table
 
 
-def write_corpus(name: str, folder: Path, _cache: dict | None = None) -> Path:
-    """The corpus as users hand it to fastuq: a Parquet file (``fastuq.synth.write``). The
-    sample is its packaged file, read where it lies."""
+def write_corpus(name: str, folder: Path, _cache: dict | None = None, *,
+                 golden: Path = GOLDEN_DIR) -> Path:
+    """The corpus as users hand it to fastuq: a Parquet file. The sample is its packaged file
+    and a simulated corpus its stored input (in the fixture ``golden``), read where they lie;
+    a derived corpus is written to ``folder`` (``fastuq.synth.write``)."""
     if CORPORA[name].get("sample"):
         return sample_path()
+    if has_input(name):
+        return input_path(name, golden)
     from fastuq import synth
 
     path = Path(folder) / f"{name}.parquet"
     if not path.exists():
-        synth.write(corpus_table(name, _cache), path)
+        synth.write(corpus_table(name, _cache, folder=golden), path)
     return path
+
+
+def write_input(table: pa.Table, path: Path) -> None:
+    """Store a simulated corpus as a fixture input (Parquet, zstd level 19), atomically; read
+    back and checked to hold the table."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp, compression="zstd", compression_level=19)
+    if table_digest(pq.read_table(tmp)) != table_digest(table):
+        tmp.unlink()
+        raise AssertionError(f"{path}: the Parquet file does not hold the table")
+    os.replace(tmp, path)
+
+
+def _leaves(arr: pa.Array) -> tuple[list[np.ndarray], pa.Array]:
+    """The validity and list lengths at every level of a (nested list) array, and its
+    flattened values."""
+    structure = []
+    while True:
+        structure.append(arr.is_valid().to_numpy(zero_copy_only=False))
+        if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
+            return structure, arr
+        structure.append(np.asarray(pc.fill_null(pc.list_value_length(arr), 0)
+                                    .to_numpy(zero_copy_only=False), np.int64))
+        arr = arr.flatten()
+
+
+def input_differences(here: pa.Table, stored: pa.Table) -> list[str]:
+    """How a corpus simulated here differs from its stored input beyond
+    :data:`INPUT_TOLERANCE` (empty: it does not). Column names, types, nulls, list lengths
+    and every non-float value must be equal; floats agree within the tolerance."""
+    if here.column_names != stored.column_names:
+        return [f"columns {here.column_names} != {stored.column_names}"]
+    problems = []
+    for name in here.column_names:
+        a, b = here.column(name).combine_chunks(), stored.column(name).combine_chunks()
+        if _type_name(a.type) != _type_name(b.type):
+            problems.append(f"{name}: type {a.type} != {b.type}")
+            continue
+        (sa, va), (sb, vb) = _leaves(a), _leaves(b)
+        if len(sa) != len(sb) or any(x.shape != y.shape or not np.array_equal(x, y)
+                                     for x, y in zip(sa, sb, strict=True)):
+            problems.append(f"{name}: nulls or list lengths differ")
+            continue
+        if not pa.types.is_floating(va.type):
+            if not va.equals(vb):
+                problems.append(f"{name}: values differ")
+            continue
+        tol = INPUT_TOLERANCE[str(va.type)]
+        x = np.asarray(pc.fill_null(va, 0).to_numpy(zero_copy_only=False), np.float64)
+        y = np.asarray(pc.fill_null(vb, 0).to_numpy(zero_copy_only=False), np.float64)
+        with np.errstate(invalid="ignore"):
+            bad = (np.isnan(x) != np.isnan(y)) | (
+                ~np.isnan(y) & ~(np.abs(x - y) <= tol["abs"] + tol["rel"] * np.abs(y)))
+        if bad.any():
+            k = int(np.argmax(bad))
+            problems.append(f"{name}: {int(bad.sum())} of {bad.size} values beyond {tol} "
+                            f"(first: {x[k]!r} here, {y[k]!r} stored)")
+    return problems
 
 
 def _type_name(t: pa.DataType) -> str:

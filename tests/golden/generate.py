@@ -8,7 +8,16 @@ What is computed is defined in tests/_golden_spec.py; tests/test_golden.py recom
 compares bit for bit (in another environment: within a tolerance). Writes, in this folder,
 one Parquet file per corpus (``trajectory_id`` plus one float64 column
 ``ESTIMATOR|JOB|f64|jax`` per score) and ``manifest.json`` (how each file was made, the git
-commit of the code, the environment). Only public entry points are used: ``fastuq.score``,
+commit of the code, the environment).
+
+The simulated corpora the scores are computed on are inputs of the fixture, stored in
+``inputs/`` (their floats depend on the CPU's vector instructions, so simulating again
+elsewhere would give other inputs). A regeneration scores the stored inputs; ``--new-inputs``
+simulates them again first (after an intended change of ``fastuq.synth``). ``--inputs-only``
+writes the missing input files of the current fixture from ``fastuq.synth`` and records them
+in the manifest without touching any score; it refuses a simulated table whose digest is not
+the ``corpus_digest`` the manifest recorded for it (that is, one that is not exactly the table
+the stored scores were computed on). Only public entry points are used: ``fastuq.score``,
 ``fastuq.synth``, ``fastuq.ESTIMATORS`` and the ``fastuq score`` command.
 
 The code that produces the fixture must be committed: the script stops when fastuq/,
@@ -22,6 +31,7 @@ import argparse
 import datetime
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -76,6 +86,76 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+def _input_record(name: str, path: Path, out_dir: Path, commit: str, env: dict,
+                  reused: dict | None = None) -> dict:
+    """The manifest's record of a stored input (kept from ``reused`` when the file is the
+    one it describes)."""
+    sha = _sha256(path)
+    if reused is not None and reused.get("sha256") == sha:
+        return reused
+    return {"file": path.relative_to(out_dir).as_posix(), "sha256": sha,
+            "bytes": path.stat().st_size, "simulated_at_commit": commit,
+            "simulated_on_cpu_flags": env["cpu_flags"],
+            "simulated_with_NPY_DISABLE_CPU_FEATURES": env["NPY_DISABLE_CPU_FEATURES"]}
+
+
+def _prepare_inputs(out_dir: Path, new: bool, commit: str, env: dict) -> dict[str, dict]:
+    """Make sure every simulated corpus has its stored input in ``out_dir`` (simulated now
+    when ``new`` or missing; copied from tests/golden when only that has it): their records."""
+    old = {}
+    if spec.MANIFEST.exists():
+        old = {k: v.get("source", {}).get("input")
+               for k, v in spec.load_manifest()["corpora"].items()}
+    records = {}
+    for name in spec.CORPORA:
+        if not spec.has_input(name):
+            continue
+        path = spec.input_path(name, out_dir)
+        here = spec.input_path(name)
+        if new or not (path.exists() or here.exists()):
+            spec.write_input(spec.simulate(name), path)
+            old[name] = None
+        elif not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(here, path)
+        records[name] = _input_record(name, path, out_dir, commit, env, old.get(name))
+    return records
+
+
+def _inputs_only(out_dir: Path) -> int:
+    """``--inputs-only``: store the inputs of the fixture in ``out_dir`` that are missing,
+    refusing any whose simulated table is not the one the fixture's scores were made from."""
+    manifest_path = out_dir / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    commit = _git("rev-parse", "HEAD")
+    env = spec.fingerprint()
+    for name, entry in manifest["corpora"].items():
+        if not spec.has_input(name):
+            continue
+        path = spec.input_path(name, out_dir)
+        if path.exists():
+            table = pq.read_table(path)
+        else:
+            table = spec.simulate(name)
+        digest = spec.table_digest(table)
+        if digest != entry["corpus_digest"]:
+            print(f"error: {name}: the corpus {'stored' if path.exists() else 'simulated here'}"
+                  f" has digest {digest}, the fixture's scores were made from "
+                  f"{entry['corpus_digest']}: not its input (simulate on a machine that "
+                  "reproduces it, or regenerate the whole fixture)", file=sys.stderr)
+            return 1
+        if not path.exists():
+            spec.write_input(table, path)
+            print(f"{name}: wrote {path} ({path.stat().st_size:,} bytes; digest "
+                  f"{digest[:12]}, the fixture's)")
+        entry["source"]["input"] = _input_record(name, path, out_dir, commit, env,
+                                                 entry["source"].get("input"))
+        entry["source"]["written_with"] = ("stored as the input file above, scored from "
+                                           "that file")
+    manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=spec.GOLDEN_DIR,
@@ -83,7 +163,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--allow-dirty", action="store_true",
                     help="generate although fastuq/, kernels/ or pyproject.toml have "
                          "uncommitted changes (recorded in the manifest)")
+    ap.add_argument("--new-inputs", action="store_true",
+                    help="simulate the corpora again (fastuq.synth) instead of scoring the "
+                         "stored inputs, and store them")
+    ap.add_argument("--inputs-only", action="store_true",
+                    help="only write the missing inputs of the current fixture (checked "
+                         "against its recorded corpus digests) and record them in its manifest")
     args = ap.parse_args(argv)
+    if args.inputs_only:
+        if args.new_inputs:
+            ap.error("--inputs-only and --new-inputs exclude each other")
+        return _inputs_only(args.out)
 
     import fastuq
 
@@ -123,13 +213,14 @@ def main(argv: list[str] | None = None) -> int:
         "corpora": {},
         "checks": [],
     }
+    inputs = _prepare_inputs(out_dir, args.new_inputs, commit, env)
     total = 0
     with tempfile.TemporaryDirectory(prefix="fastuq-golden-") as tmp:
         cache: dict = {}
         paths: dict[str, Path] = {}
         for name, source in spec.CORPORA.items():
-            table = spec.corpus_table(name, cache)
-            path = paths[name] = spec.write_corpus(name, Path(tmp), cache)
+            table = spec.corpus_table(name, cache, folder=out_dir)
+            path = paths[name] = spec.write_corpus(name, Path(tmp), cache, golden=out_dir)
             digest = spec.table_digest(table)
             if spec.table_digest(pq.read_table(path)) != digest:
                 raise AssertionError(f"{name}: the Parquet file does not hold the table")
@@ -185,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
                     "call": f"fastuq.synth.corpus({n}, "
                             + ", ".join(f"{k}={v!r}" for k, v in kw.items()) + ")",
                     "kwargs": source["synth"],
-                    "written_with": "fastuq.synth.write (Parquet, zstd), scored from the file",
+                    "input": inputs[name],
+                    "written_with": "stored as the input file above, scored from that file",
                 }
             else:
                 entry["source"] = {k: source[k] for k in ("base", "drop", "graph")
