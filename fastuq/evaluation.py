@@ -799,11 +799,16 @@ def write_plots(
 ) -> list[Path]:
     """Write ``reliability_<estimator>.png`` per estimator (out-of-fold Platt probabilities
     from :func:`fastuq.metrics.platt_oof_probabilities` with ``n_folds``, ``seed``, ``C``)
-    and ``risk_coverage.png`` into ``out_dir`` (created if needed). Returns the paths
-    written. Reliability diagrams are skipped when the probabilities are undefined
-    (single-class labels). Raises ImportError suggesting ``pip install "fastuq[plot]"``
-    when matplotlib is missing (before anything is written).
+    and ``risk_coverage.png`` into ``out_dir`` (created if needed), as a set: they are drawn
+    into a temporary folder beside it and moved in together
+    (:func:`fastuq.io.writers.atomic_write_files`), so a failure (OSError on a full disk) or
+    SIGTERM leaves none of them. Returns the paths written. Reliability diagrams are skipped
+    when the probabilities are undefined (single-class labels). Raises ImportError
+    suggesting ``pip install "fastuq[plot]"`` when matplotlib is missing (before anything is
+    written).
     """
+    from fastuq.io.writers import atomic_write_files
+
     _figure(1, 1)  # fail early, before computing anything, when matplotlib is missing
     y = _labels_array(labels)
     cols = _score_columns(scores)
@@ -812,19 +817,21 @@ def write_plots(
     else:
         cols = dict(cols)
         names = list(cols)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     prob = np.asarray(platt_oof_probabilities(y, cols, n_folds=n_folds, seed=seed, C=C))
-    paths: list[Path] = []
-    used: set[str] = set()
-    for j, name in enumerate(names):
-        if np.isnan(prob[:, j]).any():
-            continue
-        stem = _safe_name(name)
-        while stem in used:
-            stem += "_"
-        used.add(stem)
-        paths.append(plot_reliability(y, prob[:, j], out / f"reliability_{stem}.png",
-                                      name=name, n_bins=n_bins))
-    paths.append(plot_risk_coverage(y, cols, out / "risk_coverage.png"))
-    return paths
+
+    def draw(out: Path) -> list[Path]:
+        paths: list[Path] = []
+        used: set[str] = set()
+        for j, name in enumerate(names):
+            if np.isnan(prob[:, j]).any():
+                continue
+            stem = _safe_name(name)
+            while stem in used:
+                stem += "_"
+            used.add(stem)
+            paths.append(plot_reliability(y, prob[:, j], out / f"reliability_{stem}.png",
+                                          name=name, n_bins=n_bins))
+        paths.append(plot_risk_coverage(y, cols, out / "risk_coverage.png"))
+        return paths
+
+    return atomic_write_files(out_dir, draw)

@@ -169,14 +169,15 @@ def _data_context(progress: bool | None = None) -> Iterator[None]:
 def corpus_files(source: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]:
     """The corpus files of ``source``, named and ordered as the single-process readers name
     and read them: a file; a folder (its corpus files, recursively, in sorted path order,
-    hidden files left out); a glob pattern (its matches in sorted order, folders expanded,
-    files of no corpus format left out); or a list of these (in list order).
+    hidden files and skip lists left out); a glob pattern (its matches in sorted order,
+    folders expanded, files of no corpus format and skip lists left out); or a list of these
+    (in list order).
 
     Raises:
       FileNotFoundError: no such file, or a pattern that matches nothing.
       ValueError: a folder or pattern with no corpus file.
     """
-    from fastuq.io.readers import _file_format, folder_files
+    from fastuq.io.readers import folder_files, is_corpus_file
 
     if isinstance(source, (list, tuple)):
         return [f for s in source for f in corpus_files(s)]
@@ -190,7 +191,7 @@ def corpus_files(source: str | os.PathLike | Sequence[str | os.PathLike]) -> lis
         if not matches:
             raise FileNotFoundError(f"{source}: no file matches")
         files = [f for m in matches for f in (
-            corpus_files(m) if Path(m).is_dir() else [m] if _file_format(Path(m)) else [])]
+            corpus_files(m) if Path(m).is_dir() else [m] if is_corpus_file(Path(m)) else [])]
         if not files:
             raise ValueError(f"{source}: no corpus files (Parquet, Arrow IPC, JSON Lines)")
         return files

@@ -980,15 +980,9 @@ def heatmap(
             ax.set_yscale("log")
     ax.set_title(title or f"SAUCE {metric}{note}")
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        fig.savefig(tmp, format="png")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    from fastuq.io.writers import atomic_write_with
+
+    return atomic_write_with(path, lambda tmp: fig.savefig(tmp, format="png"))
 
 
 def _edges(values: np.ndarray, log: bool) -> np.ndarray:

@@ -572,3 +572,245 @@ def test_background_writer_survives_a_lost_wake_up(finish):
     assert _finishes(getattr(w, finish)), f"{finish}() hung after a lost wake-up"
     assert rec.written == ["first"]
     assert (rec.closed, rec.aborted) == (finish == "close", finish == "abort")
+
+
+# --- every command checks every path it writes against every path it reads -----------------
+
+_PARAMS = {"params": {"debate": {"lam": 0.9}, "dylan": {"lam": 0.7}}}
+
+
+def _clash_case(case: str, tmp_path: Path) -> tuple[list[str], Path, str]:
+    """``(argv, the input the command would overwrite, the flag that writes it)``."""
+    corpus, cols = _corpus(tmp_path / "data")
+    jsonl = tmp_path / "data" / "c.jsonl"
+    rows = pq.read_table(corpus).to_pylist()
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    params = tmp_path / "p.json"
+    params.write_text(json.dumps(_PARAMS))
+    skip_jsonl = ["--on-error", "skip", "--skipped", str(jsonl)]
+    if case == "score-skipped-params":
+        return (["score", str(corpus), "-o", str(tmp_path / "s.parquet"), "--params",
+                 str(params), "--on-error", "skip", "--skipped", str(params)], params,
+                "--skipped")
+    if case == "score-output-hardlink":
+        link = tmp_path / "link.parquet"
+        os.link(corpus, link)
+        return ["score", str(corpus), "-o", str(link)], corpus, "-o"
+    if case == "eval-skipped-corpus":
+        return ["eval", str(jsonl), *skip_jsonl], jsonl, "--skipped"
+    if case == "eval-json-params":
+        return ["eval", str(corpus), "--params", str(params), "--json", str(params)], params, \
+            "--json"
+    if case == "select-skipped-corpus":
+        return ["select", str(jsonl), *skip_jsonl], jsonl, "--skipped"
+    if case == "sweep-skipped-corpus":
+        return ["sweep", str(jsonl), "--lam", "0.5,0.9", *skip_jsonl], jsonl, "--skipped"
+    if case == "sweep-plot-params":
+        return (["sweep", str(corpus), "--lam", "0.5,0.9", "--params", str(params), "--plot",
+                 str(params)], params, "--plot")
+    if case == "fit-skipped-corpus":
+        return ["fit", str(jsonl), "--steps", "2", *skip_jsonl], jsonl, "--skipped"
+    if case == "gate-output-skipped-list":  # with --scores, --skipped is read
+        scores = tmp_path / "s.parquet"
+        pq.write_table(pa.table({"trajectory_id": cols["trajectory_id"],
+                                 "sauce": np.linspace(0, 1, len(rows))}), scores)
+        listing = tmp_path / "listed.parquet"
+        listing.write_text("")
+        return (["gate", str(corpus), "--scores", str(scores), "--score", "sauce", "--skipped",
+                 str(listing), "-o", str(listing)], listing, "-o")
+    if case == "replay-output-corpus":
+        return ["replay", str(corpus), "-o", str(corpus)], corpus, "-o"
+    if case == "report-output-params":
+        page = tmp_path / "p.html"
+        page.write_text(json.dumps(_PARAMS))
+        return ["report", str(corpus), "--params", str(page), "-o", str(page)], page, "-o"
+    if case == "import-output-references":
+        refs = tmp_path / "refs.parquet"
+        refs.write_text("[]")
+        log = tmp_path / "logs" / "pair_comparison_results.json"
+        log.parent.mkdir()
+        log.write_text("[]")
+        return (["import", "chateval", str(log), "--references", str(refs), "-o", str(refs)],
+                refs, "-o")
+    raise AssertionError(case)
+
+
+@pytest.mark.parametrize("case", [
+    "score-skipped-params", "score-output-hardlink", "eval-skipped-corpus", "eval-json-params",
+    "select-skipped-corpus", "sweep-skipped-corpus", "sweep-plot-params", "fit-skipped-corpus",
+    "gate-output-skipped-list", "replay-output-corpus", "report-output-params",
+    "import-output-references"])
+def test_every_command_refuses_to_write_over_any_of_its_inputs(tmp_path, capsys, case):
+    argv, victim, flag = _clash_case(case, tmp_path)
+    before = victim.read_bytes()
+    files = _listing(tmp_path)
+    assert main(argv) == 2
+    line = _one_error_line(capsys.readouterr().err, f"fastuq {argv[0]}")
+    assert "cannot write" in line and flag in line, line
+    assert victim.read_bytes() == before
+    assert _listing(tmp_path) == files  # refused before any work: nothing written
+
+
+def test_default_skip_list_beside_the_corpus_is_not_read_as_corpus_next_time(
+        tmp_path, monkeypatch, capsys):
+    corpus, _ = _corpus(tmp_path / "data", bad_row=3)
+    jsonl = tmp_path / "data" / "c.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in pq.read_table(corpus).to_pylist()))
+    corpus.unlink()
+    monkeypatch.chdir(tmp_path / "data")  # the default list goes to the current folder
+    assert main(["eval", "c.jsonl", "--on-error", "skip", "--json", "../first.json"]) == 0
+    assert _listing(tmp_path / "data") == ["c.jsonl", "c.jsonl.skipped.jsonl"]
+    monkeypatch.chdir(tmp_path)
+    # the folder again: its corpus is c.jsonl alone, the skip list beside it is not read
+    assert main(["eval", "data", "--on-error", "skip", "--json", "second.json"]) == 0
+    capsys.readouterr()
+    first = json.loads((tmp_path / "first.json").read_text())
+    second = json.loads((tmp_path / "second.json").read_text())
+    assert (first["n"], first["skipped"]) == (second["n"], second["skipped"]) == (39, 1)
+
+
+def test_folder_reader_and_output_check_agree_on_skip_lists(tmp_path):
+    from fastuq.io.readers import folder_files
+    from fastuq.io.writers import OutputError, check_outputs
+
+    data = tmp_path / "data"
+    _corpus(data)
+    (data / "scores.parquet.skipped.jsonl").write_text('{"row": 1}\n')
+    (data / "sub").mkdir()
+    (data / "sub" / "x.SKIPPED.JSONL").write_text('{"row": 2}\n')
+    assert folder_files(data) == [data / "c.parquet"]
+    check_outputs([data], [("--skipped", data / "new.skipped.jsonl", "jsonl")])  # not read
+    with pytest.raises(OutputError, match="inside the input folder"):
+        check_outputs([data], [("--skipped", data / "new.jsonl", "jsonl")])
+
+
+def _plots_corpus(folder: Path) -> Path:
+    corpus, _ = _corpus(folder, n=60)
+    return corpus
+
+
+_METHODS = "sauce,mean_agreement,last_agreement,weighted_agreement"
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_eval_plots_failing_to_write_leave_none_of_the_set(tmp_path, capsys, monkeypatch,
+                                                          existing):
+    """A full disk while drawing: exit 1 with one line, no PNG of the new set in the
+    folder, no temporary folder (an existing folder keeps what it had)."""
+    import errno
+
+    from matplotlib.figure import Figure
+
+    from fastuq.io import writers as _io
+
+    corpus = _plots_corpus(tmp_path / "in")
+    out = tmp_path / "plots"
+    if existing:
+        out.mkdir()
+        (out / "risk_coverage.png").write_bytes(b"old")
+    real = Figure.savefig
+    calls = {"n": 0}
+
+    def full_disk(self, fname, *a, **k):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise OSError(errno.ENOSPC, "No space left on device", str(fname))
+        return real(self, fname, *a, **k)
+
+    monkeypatch.setattr(Figure, "savefig", full_disk)
+    assert main(["eval", str(corpus), "--method", _METHODS, "--backend", "numpy",
+                 "--plots", str(out)]) == 1
+    line = _one_error_line(capsys.readouterr().err, "fastuq eval")
+    assert f"cannot write the plots to {out}" in line and "No space left" in line
+    assert calls["n"] == 3
+    assert _listing(tmp_path) == (["c.parquet", "in"] if not existing else
+                                  ["c.parquet", "in", "plots", "risk_coverage.png"])
+    if existing:
+        assert (out / "risk_coverage.png").read_bytes() == b"old"
+    assert not _io._TEMPORARIES
+
+
+def test_eval_plots_are_moved_in_as_a_set(tmp_path, capsys):
+    corpus = _plots_corpus(tmp_path / "in")
+    out = tmp_path / "plots"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    assert main(["eval", str(corpus), "--method", _METHODS, "--backend", "numpy",
+                 "--plots", str(out)]) == 0
+    capsys.readouterr()
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["keep.txt", "reliability_last_agreement.png",
+                     "reliability_mean_agreement.png", "reliability_sauce.png",
+                     "reliability_weighted_agreement.png", "risk_coverage.png"]
+    assert all((out / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in names if n != "keep.txt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "plots"]  # no staging left
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_sigterm_while_eval_draws_its_plots_leaves_none_of_the_set(tmp_path, existing):
+    corpus = _plots_corpus(tmp_path / "in")
+    parent = tmp_path / "out"
+    parent.mkdir()
+    out = parent / "plots"
+    if existing:
+        out.mkdir()
+        (out / "risk_coverage.png").write_bytes(b"old")
+    # each figure takes a while to save, so SIGTERM lands after the first and before the last
+    code = ("import sys, time; from matplotlib.figure import Figure; real = Figure.savefig\n"
+            "def slow(self, *a, **k):\n    real(self, *a, **k); time.sleep(0.5)\n"
+            "Figure.savefig = slow\n"
+            "from fastuq.cli import main; sys.exit(main(sys.argv[1:]))")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "eval", str(corpus), "--method", _METHODS, "--backend",
+         "numpy", "--plots", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    deadline = time.monotonic() + 120
+    while not any(p.name.endswith(".png") and p.read_bytes() != b"old"
+                  for p in parent.rglob("*")):  # the first new PNG is written
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert b"Traceback" not in err
+    if existing:
+        assert _listing(parent) == ["plots", "risk_coverage.png"]
+        assert (out / "risk_coverage.png").read_bytes() == b"old"
+    else:
+        assert _listing(parent) == []
+
+
+def test_sigterm_while_a_set_moves_in_is_held_until_the_set_is_in(tmp_path, monkeypatch):
+    """SIGTERM arriving between two renames of the set waits for the last one."""
+    from fastuq.io import writers as _io
+
+    out = tmp_path / "plots"
+    out.mkdir()
+    real = os.replace
+    calls = {"n": 0}
+
+    def replace(src, dst):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            os.kill(os.getpid(), signal.SIGTERM)  # handled at the next bytecode: mid-move
+        real(src, dst)
+
+    def write(staging: Path) -> list[Path]:
+        for k in range(3):
+            (staging / f"f{k}.png").write_bytes(b"png")
+        return [staging / f"f{k}.png" for k in range(3)]
+
+    old = signal.getsignal(signal.SIGTERM)
+    _io.remove_temporaries_on_sigterm()
+    try:
+        monkeypatch.setattr(os, "replace", replace)
+        with pytest.raises(SystemExit) as exc:
+            _io.atomic_write_files(out, write)
+    finally:
+        signal.signal(signal.SIGTERM, old)
+        monkeypatch.undo()
+    assert exc.value.code == 128 + signal.SIGTERM
+    assert sorted(p.name for p in out.iterdir()) == ["f0.png", "f1.png", "f2.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plots"]
+    assert not _io._TEMPORARIES

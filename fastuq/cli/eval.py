@@ -179,6 +179,17 @@ def _evaluate(args, source: Path, methods, metrics, info: dict):
     return labels, scores, names, groups
 
 
+def _write_plots(labels, scores, folder: str) -> list[Path]:
+    """:func:`fastuq.evaluation.write_plots` (the PNGs move into ``folder`` as a set); an
+    OSError says which folder could not be written."""
+    from fastuq import evaluation as ev
+
+    try:
+        return ev.write_plots(labels, scores, folder)
+    except OSError as exc:
+        raise OSError(f"cannot write the plots to {folder}: {exc}") from exc
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``fastuq eval``; returns the exit status (0 ok, 1 mismatch, 2 error)."""
     import fastuq
@@ -189,8 +200,14 @@ def run(args: argparse.Namespace) -> int:
     source = Path(args.corpus) if args.corpus else sample_corpus_path()
     from fastuq.io.writers import cli_check_outputs
 
-    rc = cli_check_outputs("fastuq eval", [source, args.scores, args.expect],
-                           [("--json", args.json_out, "json"), ("--plots", args.plots, "dir")])
+    # every file read (with --scores, --skipped names the score run's list: an input) ...
+    inputs = [source, args.scores, args.expect, args.params,
+              args.skipped if args.scores else None]
+    # ... against every file written (scoring with --on-error skip writes the skipped list)
+    skip_list = None if args.scores else cs.skip_output(args, source)
+    rc = cli_check_outputs("fastuq eval", inputs,
+                           [("--json", args.json_out, "json"), ("--plots", args.plots, "dir"),
+                            ("--skipped", skip_list, "jsonl")])
     if rc is not None:
         return rc
     try:
@@ -214,9 +231,11 @@ def run(args: argparse.Namespace) -> int:
             table, by_group = ev.evaluation_tables(labels, scores, groups, metrics=metrics)
         else:
             table = ev.evaluation_table(labels, scores, metrics=metrics)
-        plots = ev.write_plots(labels, scores, args.plots) if args.plots else []
+        plots = _write_plots(labels, scores, args.plots) if args.plots else []
     except (ValueError, FileNotFoundError, ImportError) as exc:
         return cs.fail("fastuq eval", exc)
+    except OSError as exc:  # writing: the skipped list or the plots (a full disk, say)
+        return cs.fail("fastuq eval", exc, 1)
     if "skipped" in info:
         print(f"fastuq eval: skipped {info['skipped']:,} record(s) "
               f"listed in {info['skipped_list']}; "
@@ -258,10 +277,12 @@ def run(args: argparse.Namespace) -> int:
             "plots": [str(p) for p in plots],
         }
         out = Path(args.json_out)
-        out.parent.mkdir(parents=True, exist_ok=True)
         from fastuq.io.writers import atomic_write_text
 
-        atomic_write_text(out, json.dumps(doc, indent=2, allow_nan=False) + "\n")
+        try:
+            atomic_write_text(out, json.dumps(doc, indent=2, allow_nan=False) + "\n")
+        except OSError as exc:
+            return cs.fail("fastuq eval", f"cannot write {out}: {exc}", 1)
         print(f"wrote {out}", file=sys.stderr)
     if plots:
         print(f"wrote {len(plots)} plot(s) to {args.plots}", file=sys.stderr)

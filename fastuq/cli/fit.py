@@ -51,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     if source is None:
         return 2
     rc = cli_check_outputs(prog, [source, getattr(args, "params", None)],
-                           [("-o", args.output, "json")])
+                           [("-o", args.output, "json"),
+                            ("--skipped", cs.skip_output(args, source, args.output), "jsonl")])
     if rc is not None:
         return rc
     start = time.perf_counter()
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
             result = fit_sauce(data, objective=args.objective, steps=args.steps, lr=args.lr,
                                folds=args.folds, holdout=args.holdout, seed=args.seed,
                                dtype=args.dtype, progress=bar)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, OSError) as exc:  # OSError: also writing the skipped list
         return cs.fail(prog, exc, 1)
     for w in caught:
         print(f"{prog}: warning: {w.message}", file=sys.stderr)
@@ -77,6 +78,9 @@ def run(args: argparse.Namespace) -> int:
     print(result.summary())
     print(f"({time.perf_counter() - start:.1f} s)")
     if args.output:
-        result.save(args.output)
+        try:
+            result.save(args.output)
+        except OSError as exc:
+            return cs.fail(prog, f"cannot write {args.output}: {exc}", 1)
         print(f"wrote {args.output}")
     return 0

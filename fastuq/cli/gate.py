@@ -83,7 +83,9 @@ def run(args: argparse.Namespace) -> int:
 
     prog = "fastuq gate"
     source = Path(args.corpus)
-    rc = cli_check_outputs(prog, [source, args.scores], [("-o", args.output, "parquet")])
+    # with --scores, --skipped is read (the score run's list): an input too
+    rc = cli_check_outputs(prog, [source, args.scores, args.skipped],
+                           [("-o", args.output, "parquet")])
     if rc is not None:
         return rc
     skipped = 0
@@ -141,6 +143,9 @@ def run(args: argparse.Namespace) -> int:
             args.score: pa.array(values, pa.float64()),
             "passed": pa.array(gate.passes(values), pa.bool_()),
         })
-        atomic_write_parquet(table, args.output)
+        try:
+            atomic_write_parquet(table, args.output)
+        except OSError as exc:
+            return cs.fail(prog, f"cannot write {args.output}: {exc}", 1)
         print(f"wrote {args.output}", file=sys.stderr)
     return 0

@@ -145,7 +145,8 @@ def run(args: argparse.Namespace) -> int:
             return cs.fail(prog, f"{flag} is for {owner} logs, not {fmt}")
     if fmt == "generic" and args.config is None:
         return cs.fail(prog, "generic needs --config MAP.toml (the mapping of the layout)")
-    rc = cli_check_outputs(prog, src, [("-o", args.output, "parquet")],
+    rc = cli_check_outputs(prog, [*src, args.config, args.references],
+                           [("-o", args.output, "parquet")],
                            reads=lambda p: p.name.endswith(_INPUT_SUFFIXES)
                            and not p.name.startswith("."))
     if rc is not None:

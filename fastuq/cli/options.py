@@ -269,13 +269,26 @@ class Progress(ProgressBar):
 def skipped_path(args: argparse.Namespace, source: Path, output: str | None = None) -> Path:
     """Where the skipped list goes: ``--skipped``, else ``OUT.skipped.jsonl`` beside
     ``output`` (the command's output; for ``eval --scores``, the scores of the run that
-    skipped), else ``CORPUS_NAME.skipped.jsonl`` in the current folder."""
+    skipped), else ``CORPUS_NAME.skipped.jsonl`` in the current folder. The default names
+    end in :data:`fastuq.io.readers.SKIPPED_SUFFIX`, which reading a folder leaves out: a
+    list that lands beside a corpus is not read as corpus next time."""
+    from fastuq.io.readers import SKIPPED_SUFFIX
+
     if args.skipped:
         return Path(args.skipped)
     if output:
         out = Path(output)
-        return out.with_name(out.name + ".skipped.jsonl")
-    return Path(source.name + ".skipped.jsonl")
+        return out.with_name(out.name + SKIPPED_SUFFIX)
+    return Path((source.name or source.resolve().name) + SKIPPED_SUFFIX)
+
+
+def skip_output(args: argparse.Namespace, source: Path,
+                output: str | None = None) -> Path | None:
+    """The skipped list a scoring command will write (:func:`skipped_path`) with
+    ``--on-error skip``, else None: the path to check with the command's other outputs."""
+    if getattr(args, "on_error", "raise") != "skip":
+        return None
+    return skipped_path(args, source, output)
 
 
 def save_skipped(args: argparse.Namespace, skipped: Sequence[Skipped], source: Path,
@@ -290,13 +303,10 @@ def save_skipped(args: argparse.Namespace, skipped: Sequence[Skipped], source: P
 def write_skipped(skipped: Sequence[Skipped], path: str | os.PathLike) -> Path:
     """Write ``skipped`` as JSON lines (``source``, ``row``, ``trajectory_id``, ``reason``,
     the format of ``fastuq score``'s list), atomically."""
+    from fastuq.io.writers import atomic_write_text
+
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text("".join(json.dumps(vars(k)) + "\n" for k in skipped), encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    atomic_write_text(path, "".join(json.dumps(vars(k)) + "\n" for k in skipped))
     return path
 
 

@@ -159,13 +159,16 @@ def run(args: argparse.Namespace) -> int:
               f"{r['flips']:>6,}")
     for note in result.notes:
         print(f"note: {note}", file=sys.stderr)
-    if args.output:
-        from fastuq.io.writers import atomic_write_parquet
+    try:
+        if args.output:
+            from fastuq.io.writers import atomic_write_parquet
 
-        atomic_write_parquet(result.table, args.output)
-        print(f"wrote {args.output}", file=sys.stderr)
-    if args.plot:
-        plot_replay(result, args.plot,
-                    title=f"budget-policy replay: {Path(source).name}, n = {full['n']:,}")
-        print(f"wrote {args.plot}", file=sys.stderr)
+            atomic_write_parquet(result.table, args.output)
+            print(f"wrote {args.output}", file=sys.stderr)
+        if args.plot:
+            plot_replay(result, args.plot,
+                        title=f"budget-policy replay: {Path(source).name}, n = {full['n']:,}")
+            print(f"wrote {args.plot}", file=sys.stderr)
+    except OSError as exc:
+        return cs.fail(prog, f"cannot write: {exc}", 1)
     return 0

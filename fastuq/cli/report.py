@@ -140,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
         )
     except (ValueError, TypeError, FileNotFoundError, ImportError) as exc:
         return cs.fail(prog, exc)
+    except OSError as exc:  # writing the page (a full disk, say)
+        return cs.fail(prog, exc, 1)
     n = int(report.pooled["n"][0])
     figures = sum(len(f) for f in report.figures.values()) + (report.sweep is not None)
     print(f"{prog}: {n:,} trajectories, {len(report.methods)} estimators, "

@@ -154,8 +154,8 @@ def run(args: argparse.Namespace) -> int:
     skipped = args.skipped
     if args.on_error == "skip" and args.output and not skipped:
         skipped = args.output + ".skipped.jsonl"
-    rc = cli_check_outputs(prog, [source], [("-o", args.output, "parquet"),
-                                            ("--skipped", skipped, "jsonl")])
+    rc = cli_check_outputs(prog, [source, args.params], [("-o", args.output, "parquet"),
+                                                         ("--skipped", skipped, "jsonl")])
     if rc is not None:
         return rc
     if args.backend == "jax":

@@ -35,7 +35,9 @@ def run(args: argparse.Namespace) -> int:
 
     prog = "fastuq select"
     source = Path(args.input)
-    rc = cli_check_outputs(prog, [source], [("--json", args.json, "json")])
+    rc = cli_check_outputs(prog, [source], [("--json", args.json, "json"),
+                                            ("--skipped", cs.skip_output(args, source),
+                                             "jsonl")])
     if rc is not None:
         return rc
     try:
@@ -53,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         if skipped_to is not None:
             result["skipped"] = len(skipped)
             result["skipped_list"] = str(skipped_to)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, OSError) as exc:  # OSError: also writing the skipped list
         return cs.fail(prog, exc, 1)
     cs.report_skipped(prog, skipped, skipped_to)
     print(f"{result['n_questions']:,} questions, {result['n_trajectories']:,} trajectories "
@@ -68,5 +70,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         from fastuq.io.writers import atomic_write_text
 
-        atomic_write_text(args.json, json.dumps(result, indent=2) + "\n")
+        try:
+            atomic_write_text(args.json, json.dumps(result, indent=2) + "\n")
+        except OSError as exc:
+            return cs.fail(prog, f"cannot write {args.json}: {exc}", 1)
     return 0

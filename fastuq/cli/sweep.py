@@ -101,8 +101,9 @@ def run(args: argparse.Namespace) -> int:
         except ImportError:
             print(f"{prog}: --plot needs matplotlib (pip install matplotlib)", file=sys.stderr)
             return 1
-    rc = cli_check_outputs(prog, [source], [("-o", args.output, "parquet"),
-                                            ("--plot", args.plot, None)])
+    rc = cli_check_outputs(prog, [source, args.params],
+                           [("-o", args.output, "parquet"), ("--plot", args.plot, None),
+                            ("--skipped", cs.skip_output(args, source, args.output), "jsonl")])
     if rc is not None:
         return rc
     start = time.perf_counter()
@@ -116,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
             table = sweep(data, grid, metrics, dtype=args.dtype, chunk_points=args.chunk_points,
                           folds=args.folds, threads=args.threads, params=base, progress=bar,
                           rank=args.rank)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, OSError) as exc:  # OSError: also writing the skipped list
         return cs.fail(prog, exc, 1)
     seconds = time.perf_counter() - start
     names = [c for c in table.columns if c in grid]
@@ -145,12 +146,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"  mean held-out {metric} {cv.mean_heldout:.4f}{pre}; chosen on all data: "
               f"{_point(cv.chosen, names)}  {metric} {cv.chosen_metric:.4f}")
     if args.output:
-        atomic_write_parquet(table.to_arrow(), args.output)
+        try:
+            atomic_write_parquet(table.to_arrow(), args.output)
+        except OSError as exc:
+            return cs.fail(prog, f"cannot write {args.output}: {exc}", 1)
         print(f"wrote {args.output}")
     if args.plot:
         try:
             heatmap(table, metric, args.plot, log=[n.replace("-", "_") for n in args.log])
-        except (ImportError, ValueError) as exc:
+        except (ImportError, ValueError, OSError) as exc:
             print(f"{prog}: --plot: {exc}", file=sys.stderr)
             return 1
         print(f"wrote {args.plot}")

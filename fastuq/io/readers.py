@@ -41,7 +41,8 @@ from fastuq.io.jsonl import (
 )
 from fastuq.io.sauce_release import is_sauce, sauce_source_columns, sauce_to_canonical
 
-__all__ = ["Chunk", "count_rows", "iter_chunks", "read_corpus"]
+__all__ = ["SKIPPED_SUFFIX", "Chunk", "count_rows", "folder_files", "is_corpus_file", "iter_chunks",
+           "read_corpus"]
 
 _COMPRESSED = (".gz", ".bz2", ".zst", ".zstd", ".lz4")
 _FORMATS = {
@@ -262,11 +263,26 @@ def _file_format(path: Path) -> str | None:
     return _FORMATS.get(os.path.splitext(name)[1])
 
 
+#: How the lists of skipped records (``--on-error skip``) end: every default name fastuq
+#: gives one ends so, and reading a folder leaves such files out, so that a skip list written
+#: beside a corpus is never read as corpus next time.
+SKIPPED_SUFFIX = ".skipped.jsonl"
+
+
+def is_corpus_file(path: Path) -> bool:
+    """Whether reading a folder reads ``path``: a corpus format (:func:`_file_format`), not
+    hidden, not a skip list (a name ending in :data:`SKIPPED_SUFFIX`). A file given by name
+    is read whatever it is called."""
+    name = path.name
+    return (not name.startswith(".") and not name.lower().endswith(SKIPPED_SUFFIX)
+            and _file_format(path) is not None)
+
+
 def folder_files(path: Path) -> list[Path]:
-    """The corpus files below folder ``path`` (recursively, sorted; hidden files and files
-    of no known format left out); ValueError when there is none."""
-    files = sorted(p for p in path.rglob("*")
-                   if p.is_file() and not p.name.startswith(".") and _file_format(p))
+    """The corpus files below folder ``path`` (recursively, sorted; hidden files, skip lists
+    and files of no known format left out: :func:`is_corpus_file`); ValueError when there is
+    none."""
+    files = sorted(p for p in path.rglob("*") if p.is_file() and is_corpus_file(p))
     if not files:
         raise ValueError(f"{path}: no corpus files (Parquet, Arrow IPC, JSON Lines)")
     return files
@@ -460,7 +476,8 @@ def _is_json(source: Any) -> bool:
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         if path.is_dir():
-            return any(_file_format(p) == "json" for p in path.rglob("*") if p.is_file())
+            return any(_file_format(p) == "json" for p in path.rglob("*")
+                       if p.is_file() and is_corpus_file(p))
         return _file_format(path) == "json"
     if isinstance(source, (list, tuple)):
         return any(_is_json(s) for s in source)

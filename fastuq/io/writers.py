@@ -10,11 +10,15 @@
   everything was written. Temporary files are removed on every exception and, once
   :func:`remove_temporaries_on_sigterm` is installed (the ``fastuq`` command does), on
   SIGTERM.
+* :func:`atomic_write_files` writes a set of files (``fastuq eval --plots``) into a temporary
+  folder beside the destination and moves them in together, SIGTERM held off while they
+  move: a failed or killed run leaves none of the new set.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -26,8 +30,10 @@ import pyarrow as pa
 __all__ = [
     "AtomicParquetWriter",
     "OutputError",
+    "atomic_write_files",
     "atomic_write_parquet",
     "atomic_write_text",
+    "atomic_write_with",
     "check_outputs",
     "cli_check_outputs",
     "remove_temporaries_on_sigterm",
@@ -63,10 +69,22 @@ def _inside(path: Path, folder: Path) -> bool:
 
 
 def _corpus_file(path: Path) -> bool:
-    """Whether the corpus readers pick ``path`` up when reading a folder above it."""
-    from fastuq.io.readers import _file_format
+    """Whether the corpus readers pick ``path`` up when reading a folder above it (the
+    readers' own rule: :func:`fastuq.io.readers.is_corpus_file`)."""
+    from fastuq.io.readers import is_corpus_file
 
-    return not path.name.startswith(".") and _file_format(path) is not None
+    return is_corpus_file(path)
+
+
+def _same(a: Path, b: Path) -> bool:
+    """``a`` and ``b`` (resolved) are one file or folder: the same path, or the same inode
+    (a hard link) when both exist."""
+    if a == b:
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet)
+        return False
 
 
 def _existing_ancestor(path: Path) -> Path:
@@ -110,6 +128,9 @@ def check_outputs(
 ) -> None:
     """Refuse outputs that would destroy an input or cannot be written, before any work.
 
+    An output is the input when both resolve to one path (symlinks and relative paths
+    followed) or are one file (:func:`os.path.samefile`: hard links).
+
     Args:
       inputs: paths read (files or folders; ``None`` entries are ignored).
       outputs: ``(flag, path, kind)`` per output (``path`` ``None``: not requested); kind
@@ -136,13 +157,14 @@ def check_outputs(
             raise OutputError("''", f"{flag} needs a file name")
         real = _real(path)
         for given, src, is_dir in ins:
-            if real == src:
+            if _same(real, src):
                 raise OutputError(path, f"it is the input {given} ({flag} would replace it)")
             if is_dir and _inside(real, src) and kind != "dir" and reads(real):
                 raise OutputError(path, f"it is inside the input folder {given}, whose files "
                                         "are read: write it elsewhere")
-        if real in seen:
-            raise OutputError(path, f"{flag} and {seen[real]} name the same file")
+        for other, other_flag in seen.items():
+            if _same(real, other):
+                raise OutputError(path, f"{flag} and {other_flag} name the same file")
         seen[real] = flag
         if kind != "dir" and real.is_dir():
             raise OutputError(path, "is a folder (give a file name)")
@@ -193,7 +215,10 @@ def _remove_all() -> None:
         _TEMPORARIES.clear()
     for p in paths:
         try:
-            os.unlink(p)
+            if os.path.isdir(p) and not os.path.islink(p):
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                os.unlink(p)
         except OSError:
             pass
 
@@ -262,6 +287,109 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
         _discard(tmp)
         raise
     _publish(tmp, path)
+
+
+def _temporary_folder(path: Path) -> Path:
+    """Create the folder ``.NAME.XXXXXXXX.tmp`` beside ``path``, registered before it exists
+    (SIGTERM removes it with its files)."""
+    import secrets
+
+    for _ in range(100):
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        _register(str(tmp))
+        try:
+            tmp.mkdir()
+        except FileExistsError:
+            _forget(str(tmp))
+            continue
+        except BaseException:
+            _forget(str(tmp))
+            raise
+        return tmp
+    raise FileExistsError(f"{path.parent}: no free temporary name for {path.name}")
+
+
+def _discard_folder(tmp: Path) -> None:
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+    finally:
+        _forget(str(tmp))
+
+
+class _SigtermHeld:
+    """Hold SIGTERM off inside the block (main thread only: elsewhere a no-op); one that
+    arrives meanwhile is delivered, to the handler that was installed, when the block ends."""
+
+    def __enter__(self) -> _SigtermHeld:
+        self.held = threading.current_thread() is threading.main_thread()
+        self.pending = False
+        if self.held:
+            def hold(signum, frame) -> None:
+                self.pending = True
+
+            self.old = signal.getsignal(signal.SIGTERM)
+            signal.signal(signal.SIGTERM, hold)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if not self.held:
+            return
+        # a handler installed outside Python reads as None: the default is what is left
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if self.old is None else self.old)
+        if self.pending:
+            signal.raise_signal(signal.SIGTERM)
+
+
+def atomic_write_files(folder: str | os.PathLike,
+                       write: Callable[[Path], Sequence[str | os.PathLike]]) -> list[Path]:
+    """Write a set of files into ``folder`` all together or not at all.
+
+    ``write(staging)`` writes the files into ``staging``, a temporary folder beside
+    ``folder`` (same file system), and returns their paths (directly in ``staging``). They
+    are then moved into ``folder``: by renaming ``staging`` itself when ``folder`` does not
+    exist, else file by file with SIGTERM held off until the last one is in. Files already
+    in ``folder`` under other names are left alone. On any exception (a full disk while
+    writing, say) or SIGTERM (with :func:`remove_temporaries_on_sigterm`) before the move,
+    ``staging`` is removed and nothing of the new set is in ``folder``.
+
+    Returns the paths of the files in ``folder``.
+    """
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = _temporary_folder(folder)
+    try:
+        names = [Path(p).name for p in write(staging)]
+        for name, p in zip(names, (staging / n for n in names), strict=True):
+            if not p.is_file():
+                raise FileNotFoundError(f"{name}: not written to the temporary folder")
+        with _SigtermHeld():
+            if not folder.exists():
+                os.rename(staging, folder)
+                _forget(str(staging))
+            else:
+                for name in names:
+                    os.replace(staging / name, folder / name)
+                _discard_folder(staging)
+    except BaseException:
+        _discard_folder(staging)
+        raise
+    return [folder / name for name in names]
+
+
+def atomic_write_with(path: str | os.PathLike, write: Callable[[Path], object]) -> Path:
+    """``write(tmp)`` writes the file (a figure's ``savefig``, say) to a registered temporary
+    file beside ``path``, which then replaces ``path``; nothing appears at ``path`` on an
+    exception or SIGTERM. Returns ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temporary(path)
+    try:
+        write(tmp)
+    except BaseException:
+        _discard(tmp)
+        raise
+    _publish(tmp, path)
+    return path
 
 
 def atomic_write_parquet(table: pa.Table, path: str | os.PathLike) -> None:
