@@ -1,8 +1,9 @@
 """``fastuq eval``: evaluate uncertainty scores against a corpus's ``correct`` labels.
 
 Exit status: 0 on success (and ``PASS`` with ``--expect``), 1 when ``--expect`` finds a
-mismatch, 2 when the evaluation could not be done (bad input, missing labels, a failed join,
-an invalid expectations file, matplotlib missing for ``--plots``).
+mismatch or an output could not be written (a full disk), 2 when the evaluation could not be
+done (bad input, missing labels, a failed join, an invalid expectations file, matplotlib
+missing for ``--plots``, an output refused before any work).
 """
 
 from __future__ import annotations
