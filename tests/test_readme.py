@@ -18,6 +18,9 @@ Each fenced block of the README is found and handled here, or the test fails:
 * ``toml``: the generic importer's mapping, used to import a log written for it.
 * unlabelled blocks: the error message of a bad record (compared with what ``fastuq score``
   prints for the same record) or text listed in :data:`NOT_CODE`.
+* ``fastuq ...`` code spans of the prose: the commands (synopses with CORPUS or LOGS made
+  concrete) are run as in :data:`INLINE`; names of commands and options are in
+  :data:`MENTIONS`.
 
 The Ray section (two ``fastuq score --engine ray`` commands and a snippet) runs in one extra
 process, sharing one local Ray instance.
@@ -25,14 +28,17 @@ process, sharing one local Ray instance.
 
 from __future__ import annotations
 
+import glob
 import gzip
 import json
+import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
+from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +50,8 @@ from fastuq.cli import main
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 README = CHECKOUT / "README.md"
-DYLAN_LOGS = Path(__file__).resolve().parent / "data" / "dylan_math"
+DATA = Path(__file__).resolve().parent / "data"
+DYLAN_LOGS = DATA / "dylan_math"
 
 # --------------------------------------------------------------------------- the README
 
@@ -150,6 +157,13 @@ PLACEHOLDERS: dict[str, str] = {
     "corpus/": "corpus.parquet in two Parquet files",
     "shards/*.parquet": "corpus.parquet in two Parquet files",
     "bad.jsonl": "10 records r0..r9; r7's agreement in round 0 is 1.5",
+    "CORPUS": "corpus.parquet; in the gate synopsis corpus_sauce.parquet: corpus.parquet with "
+              "scores.parquet's sauce column (a corpus that holds its score column)",
+    "LOGS...": "FORD's test log tests/data/ford/final/copa.jsonl (its format detected); with "
+               "--config map.toml, log.jsonl",
+    "corpus.jsonl": "fastuq.synth.self_consistency.self_consistency_corpus(300) as JSON Lines",
+    "logs/*.json": "Du et al.'s test logs with answers (tests/data/du_gsm, du_mmlu, du_debate)",
+    "path/to/exp/MATH/CoT": "the DyLAN logs' test slice, tests/data/dylan_math",
     "map.toml": "the README's TOML block",
     "log.jsonl": "4 records in the layout the README's TOML block maps",
 }
@@ -219,8 +233,6 @@ def base_folder(tmp_path_factory) -> Path:
 
     base = tmp_path_factory.mktemp("readme")
     cwd = Path.cwd()
-    import os
-
     os.chdir(base)
     try:
         table = corpus_with_beliefs(600, protocol="mixed", questions_per_id=4, seed=0)
@@ -236,8 +248,8 @@ def base_folder(tmp_path_factory) -> Path:
         sauce = json.loads(Path("eval.json").read_text())["estimators"]["sauce"]
         Path("expected.json").write_text(json.dumps({
             "units": "percent", "n": table.num_rows,
-            "estimators": {"sauce": {m: float(f"{100 * sauce[m]:.2f}")
-                                     for m in ("auroc", "auarc")}}}))
+            "estimators": {"sauce": {m: float((Decimal(sauce[m]) * 100).quantize(
+                Decimal("0.01"), ROUND_HALF_EVEN)) for m in ("auroc", "auarc")}}}))
         Path("eval.json").unlink()
         _run(["fit", "corpus.parquet", "--steps", "30", "-o", "params.json"])
         sc = self_consistency_corpus(300, seed=0)
@@ -246,6 +258,13 @@ def base_folder(tmp_path_factory) -> Path:
             "trajectory_id": sc["trajectory_id"], "correct": sc["correct"],
             "consistency": consistency_scores(sc["final_answer"].to_pylist(), texts)}),
             "scored.parquet")
+        scores = pq.read_table("scores.parquet")
+        assert scores["trajectory_id"].equals(table["trajectory_id"])
+        pq.write_table(table.append_column("sauce", scores["sauce"]), "corpus_sauce.parquet")
+        pl.from_arrow(sc).write_ndjson("corpus.jsonl")
+        Path("logs").mkdir()
+        for name in ("du_gsm.json", "du_mmlu.json", "du_debate.json"):
+            shutil.copy(DATA / name, Path("logs") / name)
         _bad_jsonl(Path("bad.jsonl"))
         toml = [b for b in readme_blocks() if b.lang == "toml"]
         assert len(toml) == 1
@@ -380,13 +399,110 @@ def test_bad_record_message(work, capsys):
 def test_fastuq_script(work):
     """The installed ``fastuq`` script: the README's first command."""
     script = Path(sys.executable).with_name("fastuq")
-    res = subprocess.run([str(script), "score", "--sample"], capture_output=True, text=True,
+    script = str(script) if script.exists() else shutil.which("fastuq")
+    assert script, "the fastuq script is not installed"
+    res = subprocess.run([script, "score", "--sample"], capture_output=True, text=True,
                          timeout=300)
     assert res.returncode == 0, res.stderr
     assert "AUROC" in res.stdout
 
 
 # -------------------------------------------------------------- nothing goes unnoticed
+
+
+# ------------------------------------------------------------- commands in the prose
+
+
+def inline_commands() -> list[str]:
+    """The ```fastuq ...``` code spans of the README's prose (outside fenced blocks), with
+    runs of whitespace made one space, in order, each once."""
+    prose, inside = [], False
+    for line in README.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            inside = not inside
+        elif not inside:
+            prose.append(line)
+    spans = re.findall(r"`(fastuq [^`]+)`", "\n".join(prose))
+    return list(dict.fromkeys(" ".join(s.split()) for s in spans))
+
+
+#: The commands of the prose that are run, the README's metavariables made concrete
+#: (CORPUS, LOGS, path/to/...; see PLACEHOLDERS): span -> the argument lists run in order
+#: (the last is the command; earlier ones make its input; ``*`` patterns are expanded), or
+#: the step of a bash block that is the same command (run by test_bash_step).
+INLINE: dict[str, list[list[str]] | str] = {
+    "fastuq score CORPUS -o scores.parquet": [["score", "corpus.parquet", "-o", "scores.parquet"]],
+    "fastuq eval CORPUS": "fastuq eval corpus.parquet",
+    "fastuq select CORPUS": [["select", "corpus.parquet"]],
+    "fastuq sweep CORPUS --lam 0.5:1:32 --q 1e-3:1:32 --log q":
+        [["sweep", "corpus.parquet", "--lam", "0.5:1:32", "--q", "1e-3:1:32", "--log", "q"]],
+    "fastuq fit CORPUS": [["fit", "corpus.parquet"]],
+    "fastuq import [FORMAT] LOGS... -o corpus.parquet":
+        [["import", "ford", "{ford}", "-o", "corpus.parquet"],
+         ["import", "{ford}", "-o", "corpus.parquet"]],
+    "fastuq gate CORPUS --score sauce --alpha 0.1 --delta 0.05":
+        [["gate", "corpus_sauce.parquet", "--score", "sauce", "--alpha", "0.1",
+          "--delta", "0.05"]],
+    "fastuq replay CORPUS --policy fixed,uaad,trace:sauce --plot r.png":
+        [["replay", "corpus.parquet", "--policy", "fixed,uaad,trace:sauce", "--plot", "r.png"]],
+    "fastuq report CORPUS -o report.html": "fastuq report corpus.parquet -o report.html",
+    "fastuq --version": [["--version"]],
+    "fastuq eval corpus.parquet --scores s.parquet":  # the scores of a skip run
+        [["score", "corpus.parquet", "-o", "s.parquet", "--on-error", "skip"],
+         ["eval", "corpus.parquet", "--scores", "s.parquet"]],
+    "fastuq gate corpus.jsonl --score consistency":
+        [["gate", "corpus.jsonl", "--score", "consistency"]],
+    "fastuq import dylan path/to/exp/MATH/CoT -o dylan.parquet":
+        [["import", "dylan", "{dylan_logs}", "-o", "dylan.parquet"]],
+    "fastuq import du logs/*.json -o debate.parquet":
+        [["import", "du", "logs/*.json", "-o", "debate.parquet"]],
+    "fastuq import LOGS... -o corpus.parquet": [["import", "{ford}", "-o", "corpus.parquet"]],
+    "fastuq import generic --config map.toml LOGS... -o corpus.parquet":
+        [["import", "generic", "--config", "map.toml", "log.jsonl", "-o", "corpus.parquet"]],
+}
+
+#: Code spans of the prose that name a command or an option, or show output: not run.
+MENTIONS: frozenset[str] = frozenset({
+    "fastuq eval --plots", "fastuq sweep --plot", "fastuq 0.1.0", "fastuq COMMAND: error: ...",
+    "fastuq score: error: cannot write PATH: reason", "fastuq score", "fastuq fit -o",
+    "fastuq gate", "fastuq eval --scores", "fastuq sweep", "fastuq fit", "fastuq eval",
+    "fastuq report", "fastuq eval --by protocol", "fastuq sweep --rank auto|host|device",
+    "fastuq score --pack auto|host|device", "fastuq score --method NAME",
+})
+
+
+def _concrete(words: list[str]) -> list[str]:
+    out = []
+    for w in words:
+        w = w.format(ford=DATA / "ford" / "final" / "copa.jsonl", dylan_logs=DYLAN_LOGS)
+        out.extend(sorted(glob.glob(w)) or [w] if "*" in w else [w])
+    return out
+
+
+@pytest.mark.parametrize("span", [s for s, run in INLINE.items() if not isinstance(run, str)])
+def test_inline_command(span, work, capsys):
+    for words in INLINE[span]:
+        argv = _concrete(words)
+        try:
+            rc = main(argv)
+        except SystemExit as exc:  # --version
+            rc = exc.code
+        out, err = capsys.readouterr()
+        assert rc == 0, f"fastuq {shlex.join(argv)}\n{out}\n{err}"
+    if span == "fastuq --version":
+        assert out.startswith("fastuq ")
+
+
+def test_every_inline_command_is_run_or_a_mention():
+    spans = inline_commands()
+    for span in spans:
+        assert span in INLINE or span in MENTIONS, (
+            f"README: `{span}` is neither run (INLINE) nor a mention (MENTIONS)")
+    for entry in [*INLINE, *MENTIONS]:
+        assert entry in spans, f"not in the README's prose: {entry!r}"
+    steps = _bash_steps()
+    for span, run in INLINE.items():
+        assert not isinstance(run, str) or run in steps, f"{span}: no bash step {run!r}"
 
 
 def test_every_block_is_run_or_listed():
