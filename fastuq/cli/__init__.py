@@ -110,8 +110,7 @@ def _expected(exc: BaseException) -> bool:
     traceback is printed)."""
     from fastuq.engine.errors import TooManySkipped
 
-    return isinstance(exc, TooManySkipped) or exit_status(exc) == EXIT_USAGE or isinstance(
-        exc, OSError)
+    return exit_status(exc) == EXIT_USAGE or isinstance(exc, (TooManySkipped, OSError))
 
 
 def build_parser() -> argparse.ArgumentParser:
