@@ -2,11 +2,14 @@
 
 Scores are uncertainties: higher means less likely correct. Natural logarithms throughout.
 Importing fastuq does not import JAX; the first kernel call does. Submodules such as
-``fastuq.metrics`` and ``fastuq.synth`` load on first access.
+``fastuq.metrics``, ``fastuq.gate`` or ``fastuq.replay`` load on first attribute access
+(``import fastuq; fastuq.gate.calibrate_threshold(...)``), as does every other submodule
+(``fastuq.ray``, with the ``fastuq[ray]`` extra).
 """
 
 import importlib
 
+from fastuq._lazy import submodule_getattr
 from fastuq.engine.registry import ESTIMATORS, Estimator, Param, get_estimator
 from fastuq.engine.registry import register as register_estimator
 from fastuq.engine.registry import unregister as unregister_estimator
@@ -23,9 +26,11 @@ from fastuq.signals.scalar import compute_token_entropy, majority_margin
 
 __version__ = "0.1.0"
 
+#: Submodules named in ``__all__`` (``from fastuq import *`` imports them; ``fastuq.ray``,
+#: which needs the ``fastuq[ray]`` extra, is not among them but loads on access too).
 _SUBMODULES = (
     "answers", "cli", "engine", "evaluation", "importers", "io", "kernels", "metrics",
-    "selection", "signals", "sweeps", "fit", "synth",
+    "selection", "signals", "sweeps", "fit", "synth", "gate", "replay", "report",
 )
 #: Functions of submodules, re-exported lazily (their modules import JAX on use only).
 _LAZY = {"sweep": "sweeps", "fit_sauce": "fit", "FitResult": "fit"}
@@ -55,9 +60,15 @@ __all__ = [
 ]
 
 
+_submodule = submodule_getattr(__name__)
+
+
 def __getattr__(name: str):
-    if name in _SUBMODULES:
-        return importlib.import_module(f"fastuq.{name}")
+    """The lazily loaded names: submodules (``fastuq.gate``, ...) and ``_LAZY``'s functions."""
     if name in _LAZY:
         return getattr(importlib.import_module(f"fastuq.{_LAZY[name]}"), name)
-    raise AttributeError(f"module 'fastuq' has no attribute {name!r}")
+    return _submodule(name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

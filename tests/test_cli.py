@@ -95,7 +95,7 @@ def test_bad_record_names_file_row_trajectory_and_field_and_writes_nothing(tmp_p
     src = tmp_path / "bad.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in records))
     out = tmp_path / "s.parquet"
-    assert main(["score", str(src), "-o", str(out)]) == 1
+    assert main(["score", str(src), "-o", str(out)]) == 2  # invalid input
     err = capsys.readouterr().err
     assert "trajectory 'r7' (" in err
     assert "bad.jsonl row 7), round 0: agreement = 1.5 is outside [0, 1]" in err
@@ -107,7 +107,7 @@ def test_missing_protocol_is_an_error(tmp_path, capsys):
     src = tmp_path / "c.parquet"
     pq.write_table(pa.table({"trajectory_id": ["a"], "agreement": [[0.5]],
                              "token_entropy": [[0.1]]}), src)
-    assert main(["score", str(src), "-o", str(tmp_path / "o.parquet")]) == 1
+    assert main(["score", str(src), "-o", str(tmp_path / "o.parquet")]) == 2
     assert "protocol" in capsys.readouterr().err
 
 

@@ -145,7 +145,7 @@ def test_select_on_error_skip(corpora, tmp_path, capsys):
     paths, good = corpora
     out = tmp_path / "sel.json"
     listing = tmp_path / "sel.skipped.jsonl"
-    assert main(["select", paths["bad"], "--method", "sauce", "--json", str(out)]) == 1
+    assert main(["select", paths["bad"], "--method", "sauce", "--json", str(out)]) == 2
     capsys.readouterr()
     assert main(["select", paths["bad"], "--method", "sauce", "--on-error", "skip",
                  "--skipped", str(listing), "--json", str(out)]) == 0
@@ -158,7 +158,7 @@ def test_select_on_error_skip(corpora, tmp_path, capsys):
 
 def test_skipped_needs_skip(corpora, capsys):
     paths, _ = corpora
-    assert main(["select", paths["bad"], "--skipped", "x.jsonl"]) == 1
+    assert main(["select", paths["bad"], "--skipped", "x.jsonl"]) == 2
     assert "--skipped" in capsys.readouterr().err
 
 
@@ -175,7 +175,7 @@ def test_sweep_on_error_skip_and_observation_noise(corpora, tmp_path, capsys):
     paths, good = corpora
     y = np.array([r["correct"] for r in good])
     out = tmp_path / "sw.parquet"
-    assert main(["sweep", paths["bad"], "--lam", "0.6,0.9", "-o", str(out)]) == 1
+    assert main(["sweep", paths["bad"], "--lam", "0.6,0.9", "-o", str(out)]) == 2
     capsys.readouterr()
     assert main(["sweep", paths["bad"], "--lam", "0.6,0.9", "--dtype", "float64",
                  "--on-error", "skip", "-o", str(out)]) == 0
@@ -199,7 +199,7 @@ def test_fit_on_error_skip_and_observation_noise(corpora, tmp_path, capsys):
 
     paths, _ = corpora
     opts = ["--steps", "5", "--holdout", "0", "--dtype", "float64"]
-    assert main(["fit", paths["bad"], *opts]) == 1
+    assert main(["fit", paths["bad"], *opts]) == 2
     capsys.readouterr()
     out = tmp_path / "p.json"
     assert main(["fit", paths["bad"], *opts, "--on-error", "skip", "-o", str(out)]) == 0

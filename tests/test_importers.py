@@ -409,7 +409,7 @@ def test_cli_import_dylan_folder(tmp_path, monkeypatch, capsys):
 def test_cli_import_bad_input_fails_cleanly(tmp_path, monkeypatch, capsys):
     bad = _write(tmp_path, "bad.json", "{nope")
     out = tmp_path / "out.parquet"
-    assert _main(monkeypatch, ["import", "du", str(bad), "-o", str(out)]) == 1
+    assert _main(monkeypatch, ["import", "du", str(bad), "-o", str(out)]) == 2
     assert "bad.json: malformed JSON" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == [bad]  # nothing written
     assert _main(monkeypatch, ["import", "du", str(DU), "-o", str(out),

@@ -634,7 +634,7 @@ def test_cli_import_generic_and_options(tmp_path, monkeypatch, capsys):
     assert _main(monkeypatch, ["import", "generic", str(GENERIC), "--config", str(bad),
                                "-o", str(out)]) == 2
     assert "unknown key 'input.who'" in capsys.readouterr().err
-    assert _main(monkeypatch, ["import", str(GENERIC / "long.jsonl"), "-o", str(out)]) == 1
+    assert _main(monkeypatch, ["import", str(GENERIC / "long.jsonl"), "-o", str(out)]) == 2
     err = capsys.readouterr().err
     assert "cannot tell the format (recognised: dylan, du, ford, agora, chateval, mad)" in err
     assert _main(monkeypatch, ["import", "ford", "-o", str(out)]) == 2

@@ -296,7 +296,7 @@ def test_truncated_jsonl_gz_gives_one_line(tmp_path, capsys, cut):
     at = int(cut * len(raw)) if isinstance(cut, float) else cut
     path = tmp_path / "cut.jsonl.gz"
     path.write_bytes(raw[:at])
-    assert main(["score", str(path), "-o", str(tmp_path / "s.parquet")]) == 1
+    assert main(["score", str(path), "-o", str(tmp_path / "s.parquet")]) == 2
     assert "cut.jsonl.gz" in _one_error_line(capsys.readouterr().err)
     assert _listing(tmp_path) == ["cut.jsonl.gz"]
 
@@ -382,7 +382,7 @@ def _short_node_column_corpus(tmp_path, column="seq_logprob"):
 def test_round_count_mismatch_is_an_error_under_every_method(tmp_path, capsys, method):
     path = _short_node_column_corpus(tmp_path)
     assert main(["score", str(path), "-o", str(tmp_path / "s.parquet"), "--method",
-                 method]) == 1
+                 method]) == 2
     line = _one_error_line(capsys.readouterr().err)
     assert "row 0" in line and "field seq_logprob: 1 rounds, but" in line
     assert not (tmp_path / "s.parquet").exists()
@@ -391,7 +391,7 @@ def test_round_count_mismatch_is_an_error_under_every_method(tmp_path, capsys, m
 @pytest.mark.parametrize("column", ["n_tokens", "belief", "answers"])
 def test_unused_node_column_is_checked_by_default(tmp_path, capsys, column):
     path = _short_node_column_corpus(tmp_path, column)
-    assert main(["score", str(path), "-o", str(tmp_path / "s.parquet")]) == 1
+    assert main(["score", str(path), "-o", str(tmp_path / "s.parquet")]) == 2
     assert f"field {column}: 1 rounds, but" in _one_error_line(capsys.readouterr().err)
     with pytest.raises(ValueError, match=f"field {column}: 1 rounds, but"):
         fastuq.score(path, "sauce")

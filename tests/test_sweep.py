@@ -379,7 +379,7 @@ def test_cli_plot_without_matplotlib_is_a_clear_error(tmp_path, fastuq_cli, caps
                                                       monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     rc = fastuq_cli(["sweep", "--sample", "--lam", "0.9", "--plot", str(tmp_path / "h.png")])
-    assert rc == 1
+    assert rc == 2  # a usage error, as in eval, replay and report
     assert "needs matplotlib" in capsys.readouterr().err
 
 

@@ -3,6 +3,12 @@
 Each subcommand lives in its own module ``fastuq.cli.<name>`` exposing
 ``add_parser(subparsers) -> None`` and ``run(args) -> int``; modules must not import JAX at
 import time.
+
+Exit status, one rule for every subcommand (:func:`exit_status`): 0 success; 2 a usage or
+input error (bad arguments, an unreadable or invalid input, a record that fails validation,
+an output refused before the run, a missing optional dependency); 1 a run that failed (an
+I/O failure while writing, too many records skipped, ``eval --expect`` values that differ,
+an internal error). :func:`main` applies it to whatever a subcommand raises.
 """
 
 from __future__ import annotations
@@ -10,10 +16,18 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from importlib import resources
+import traceback
+from importlib import metadata, resources
 from pathlib import Path
 
-__all__ = ["COMMANDS", "main", "positive_int", "sample_corpus_path"]
+__all__ = ["COMMANDS", "EXIT_FAILED", "EXIT_USAGE", "exit_status", "main", "positive_int",
+           "sample_corpus_path", "version"]
+
+#: Exit status of a usage or input error (argparse's own usage errors exit 2 too).
+EXIT_USAGE = 2
+#: Exit status of a run that failed (writing failed, too many records skipped, an
+#: ``eval --expect`` mismatch, an internal error).
+EXIT_FAILED = 1
 
 #: Subcommands, in the order ``--help`` lists them, and their modules.
 COMMANDS: dict[str, str] = {
@@ -57,12 +71,56 @@ def fraction(text: str) -> float:
     return value
 
 
+def version() -> str:
+    """The installed fastuq's version (``importlib.metadata``; ``fastuq.__version__`` when
+    the package metadata is missing, as in a bare source tree)."""
+    try:
+        return metadata.version("fastuq")
+    except metadata.PackageNotFoundError:
+        import fastuq
+
+        return fastuq.__version__
+
+
+def exit_status(exc: BaseException) -> int:
+    """The exit status of a command that stopped with ``exc``, by the one rule of every
+    subcommand: :data:`EXIT_USAGE` (2) for usage and input errors, :data:`EXIT_FAILED` (1)
+    for a run that failed.
+
+    Usage and input errors: ``ValueError`` (a bad option value, an invalid record or file,
+    an output refused by :func:`fastuq.io.writers.check_outputs`), ``TypeError`` (an unknown
+    parameter), ``ImportError`` (an optional extra such as matplotlib or Ray not installed)
+    and the ``OSError`` s of a path that cannot be used (``FileNotFoundError``,
+    ``IsADirectoryError``, ``NotADirectoryError``, ``PermissionError``). A run that failed:
+    :class:`fastuq.engine.errors.TooManySkipped` (the skip list is written, the scores are
+    not), any other ``OSError`` (a write that failed: disk full, I/O error) and every other
+    exception (an internal error)."""
+    from fastuq.engine.errors import TooManySkipped
+
+    if isinstance(exc, TooManySkipped):
+        return EXIT_FAILED
+    if isinstance(exc, (ValueError, TypeError, ImportError, FileNotFoundError,
+                        IsADirectoryError, NotADirectoryError, PermissionError)):
+        return EXIT_USAGE
+    return EXIT_FAILED
+
+
+def _expected(exc: BaseException) -> bool:
+    """Whether ``exc`` is an error fastuq reports in one line (else an internal error, whose
+    traceback is printed)."""
+    from fastuq.engine.errors import TooManySkipped
+
+    return exit_status(exc) == EXIT_USAGE or isinstance(exc, (TooManySkipped, OSError))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser, every subcommand included."""
     parser = argparse.ArgumentParser(
         prog="fastuq",
         description="Score the uncertainty of multi-agent LLM reasoning over rollout corpora.",
+        epilog="Exit status: 0 success, 2 a usage or input error, 1 a run that failed.",
     )
+    parser.add_argument("--version", action="version", version=f"fastuq {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in COMMANDS.values():
         importlib.import_module(module).add_parser(sub)
@@ -70,24 +128,33 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``fastuq`` command; returns the exit status."""
+    """Entry point of the ``fastuq`` command; returns the exit status (0 success, 2 a usage
+    or input error, 1 a run that failed: :func:`exit_status`). An error a subcommand raises
+    is printed as one line ``fastuq CMD: error: ...`` (an internal error also with its
+    traceback); argparse's usage errors exit 2 by ``SystemExit``."""
     args = build_parser().parse_args(argv)
     from fastuq.io.writers import remove_temporaries_on_sigterm
 
     remove_temporaries_on_sigterm()  # a killed run leaves no temporary file behind
+    prog = f"fastuq {args.command}"
     run = importlib.import_module(COMMANDS[args.command]).run
     device = getattr(args, "device", "auto")
-    if device == "auto":  # no JAX import here (fastuq --help and import stay light)
-        return run(args)
-    from fastuq.engine.runtime import check_device, device_scope
-
     try:
+        if device == "auto":  # no JAX import here (fastuq --help and import stay light)
+            return run(args)
+        from fastuq.engine.runtime import check_device, device_scope
+
         check_device(device)
-    except ValueError as exc:
-        print(f"fastuq {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-    with device_scope(device):
-        return run(args)
+        with device_scope(device):
+            return run(args)
+    except Exception as exc:  # noqa: BLE001 - every error gets the one exit-status rule
+        if not _expected(exc):
+            traceback.print_exc()
+            print(f"{prog}: error: internal error ({type(exc).__name__}: {exc}); the "
+                  "traceback is above", file=sys.stderr)
+        else:
+            print(f"{prog}: error: {exc}", file=sys.stderr)
+        return exit_status(exc)
 
 
 if __name__ == "__main__":

@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
                                folds=args.folds, holdout=args.holdout, seed=args.seed,
                                dtype=args.dtype, progress=bar)
     except (ValueError, OSError) as exc:  # OSError: also writing the skipped list
-        return cs.fail(prog, exc, 1)
+        return cs.fail(prog, exc)
     for w in caught:
         print(f"{prog}: warning: {w.message}", file=sys.stderr)
     if skipped_to is not None:

@@ -158,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             fmt, first = detect_format(src)
         except (ValueError, FileNotFoundError) as exc:
-            return cs.fail(prog, exc, 1)
+            return cs.fail(prog, exc)
         for attr, flag, owner in _FORMAT_OPTIONS:
             if getattr(args, attr) is not None and fmt != owner:
                 return cs.fail(prog, f"{flag} is for {owner} logs, and {first} reads as {fmt}")
@@ -172,11 +172,11 @@ def run(args: argparse.Namespace) -> int:
         elif fmt == "chateval" and args.references is not None:
             options["references"] = read_references(args.references)
     except (ValueError, FileNotFoundError) as exc:
-        return cs.fail(prog, exc, 2)
+        return cs.fail(prog, exc)
     try:
         log_files(fmt, src, config=options.get("config"))
     except (ValueError, FileNotFoundError) as exc:
-        return cs.fail(prog, exc, 1)
+        return cs.fail(prog, exc)
     if args.math:
         import logging
 
@@ -190,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
                                 progress=bar, **options)
         atomic_write_parquet(table, Path(args.output))
     except (ValueError, FileNotFoundError, ImportError, OSError) as exc:
-        return cs.fail(prog, exc, 1)
+        return cs.fail(prog, exc)
     print(summarize(table, time.perf_counter() - start))
     print(f"wrote {args.output}")
     return 0

@@ -169,10 +169,18 @@ def add_options(p: argparse.ArgumentParser, *, noise: bool = True,
 # --- run side ----------------------------------------------------------------------------------
 
 
-def fail(prog: str, problem: object, status: int = 2) -> int:
-    """Print ``PROG: error: PROBLEM`` on stderr; return the exit status ``status``."""
+def fail(prog: str, problem: object, status: int | None = None) -> int:
+    """Print ``PROG: error: PROBLEM`` on stderr; return the exit status: ``status`` if given,
+    else that of :func:`fastuq.cli.exit_status` for an exception (2 for a usage or input
+    error, 1 for a run that failed) and 2 (a usage error) for a message."""
     print(f"{prog}: error: {problem}", file=sys.stderr)
-    return status
+    if status is not None:
+        return status
+    if isinstance(problem, BaseException):
+        from fastuq.cli import exit_status
+
+        return exit_status(problem)
+    return 2
 
 
 def corpus_source(prog: str, args: argparse.Namespace) -> Path | None:

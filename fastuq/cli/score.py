@@ -179,9 +179,9 @@ def run(args: argparse.Namespace) -> int:
                     check=args.check, pack=args.pack,
                 )
         except OutputError as exc:
-            return cs.fail(prog, exc, 2)
+            return cs.fail(prog, exc)
         except (ValueError, OSError, TypeError) as exc:
-            return cs.fail(prog, exc, 1)
+            return cs.fail(prog, exc)
         if report.left_out:
             print(f"--method all: left out {len(report.left_out)} estimator(s): " + "; ".join(
                 f"{k} ({v})" for k, v in report.left_out.items()), file=sys.stderr)
@@ -227,9 +227,9 @@ def _run_ray(args: argparse.Namespace, prog: str) -> int:
             **params,
         )
     except OutputError as exc:
-        return cs.fail(prog, exc, 2)
+        return cs.fail(prog, exc)
     except (ValueError, OSError, TypeError, ImportError) as exc:
-        return cs.fail(prog, exc, 1)
+        return cs.fail(prog, exc)
     if report.left_out:
         print(f"--method all: left out {len(report.left_out)} estimator(s): " + "; ".join(
             f"{k} ({v})" for k, v in report.left_out.items()), file=sys.stderr)

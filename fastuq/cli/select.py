@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
             result["skipped"] = len(skipped)
             result["skipped_list"] = str(skipped_to)
     except (ValueError, OSError) as exc:  # OSError: also writing the skipped list
-        return cs.fail(prog, exc, 1)
+        return cs.fail(prog, exc)
     cs.report_skipped(prog, skipped, skipped_to)
     print(f"{result['n_questions']:,} questions, {result['n_trajectories']:,} trajectories "
           f"({result['k_mean']:.2f} per question)")

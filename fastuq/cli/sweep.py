@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 
 from fastuq.cli import options as cs
 
@@ -98,9 +97,8 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         try:
             import matplotlib  # noqa: F401
-        except ImportError:
-            print(f"{prog}: --plot needs matplotlib (pip install matplotlib)", file=sys.stderr)
-            return 1
+        except ImportError:  # a usage error: the option's extra is not installed
+            return cs.fail(prog, "--plot needs matplotlib: pip install 'fastuq[plot]'")
     rc = cli_check_outputs(prog, [source, args.params],
                            [("-o", args.output, "parquet"), ("--plot", args.plot, None),
                             ("--skipped", cs.skip_output(args, source, args.output), "jsonl")])
@@ -118,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
                           folds=args.folds, threads=args.threads, params=base, progress=bar,
                           rank=args.rank)
     except (ValueError, OSError) as exc:  # OSError: also writing the skipped list
-        return cs.fail(prog, exc, 1)
+        return cs.fail(prog, exc)
     seconds = time.perf_counter() - start
     names = [c for c in table.columns if c in grid]
     metric = metrics[0]
@@ -154,8 +152,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         try:
             heatmap(table, metric, args.plot, log=[n.replace("-", "_") for n in args.log])
-        except (ImportError, ValueError, OSError) as exc:
-            print(f"{prog}: --plot: {exc}", file=sys.stderr)
-            return 1
+        except (ImportError, ValueError, OSError) as exc:  # OSError: the write failed (1)
+            return cs.fail(prog, f"--plot: {exc}", 1 if isinstance(exc, OSError) else 2)
         print(f"wrote {args.plot}")
     return 0

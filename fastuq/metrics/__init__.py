@@ -407,3 +407,7 @@ def evaluate_groups(
         columns = LazyColumns(c, lambda j, keep=keep: x[keep, j])
         per_group[name] = table(keep, columns, {m: group_rank[m][:, g] for m in rank_wanted})
     return pooled, per_group
+
+from fastuq._lazy import submodule_getattr  # noqa: E402
+
+__getattr__ = submodule_getattr(__name__)  # its other modules load on first access

@@ -45,6 +45,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fastuq._lazy import submodule_getattr
 from fastuq.io.arrow_lists import offsets, parents
 from fastuq.io.schema import CANONICAL
 from fastuq.synth import sim
@@ -369,3 +370,5 @@ def _chain(first: pa.Table, rest: Iterator[pa.Table]) -> Iterator[pa.Table]:
 # Opt-in `belief` column (fastuq/synth/beliefs.py): the default corpora above stay unchanged.
 from fastuq.synth.beliefs import add_beliefs as add_beliefs  # noqa: E402
 from fastuq.synth.beliefs import corpus_with_beliefs as corpus_with_beliefs  # noqa: E402
+
+__getattr__ = submodule_getattr(__name__)  # its other modules load on first access
