@@ -4,6 +4,8 @@ vectorized grid evaluation against the direct one; chunking; the DyLAN-style fin
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -339,3 +341,41 @@ def test_readme_dylan_replay_example_runs(tmp_path, monkeypatch, capsys):
         assert "Pareto front" in out
     imports = [c for c in cmds if c[0] == "import"]
     assert [c[:2] + c[-2:] for c in imports] == [["import", "dylan", "-o", "dylan.parquet"]]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_active_column_is_read_and_limits_each_rounds_vote(tmp_path, fmt):
+    # a: round 0, all three active: 5 3 3 -> 3 (wrong); round 1 only slot 0 is still in the
+    # team: its 5 decides (right) though the pruned agents' 3 3 are in the row.
+    # b: no active column entry (null): everyone; 5 3 3 -> 3 (wrong)
+    recs = [{"trajectory_id": "a", "n_agents": 3, "reference": "5", "protocol": "debate",
+             "answers": [["5", "3", "3"], ["5", "3", "3"]],
+             "active": [[True, True, True], [True, False, False]]},
+            {"trajectory_id": "b", "n_agents": 3, "reference": "5", "protocol": "debate",
+             "answers": [["5", "3", "3"]], "active": None}]
+    path = tmp_path / f"c.{fmt}"
+    if fmt == "jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    else:
+        pq.write_table(pa.Table.from_pylist(recs), path)
+    res = replay(path, ["fixed"])
+    assert res.full["accuracy"] == 0.5
+    assert _row(res, policy="fixed", rounds=1)["accuracy"] == 0.0
+
+
+def test_bad_active_values_raise_or_are_skipped(tmp_path):
+    recs = [{"trajectory_id": "a", "n_agents": 3, "reference": "5", "protocol": "debate",
+             "answers": [["5", "3", "3"], ["5", "3", "3"]], "active": [[1, 1, 1], [1, 0, 0]]},
+            {"trajectory_id": "b", "n_agents": 3, "reference": "5", "protocol": "debate",
+             "answers": [["5", "3", "3"]], "active": [[1, 2, 1]]},
+            {"trajectory_id": "c", "n_agents": 3, "reference": "5", "protocol": "debate",
+             "answers": [["5", "5", "3"]], "active": [[1, 1]]}]
+    path = tmp_path / "c.parquet"
+    pq.write_table(pa.Table.from_pylist(recs), path)
+    with pytest.raises(ValueError, match=r"row 1 \(trajectory_id 'b'\): field active: round 0, "
+                                         r"agent 1: must be true/false \(or 0/1\), got 2"):
+        replay(path, ["fixed"])
+    res = replay(path, ["fixed"], on_error="skip")
+    assert [k.trajectory_id for k in res.skipped] == ["b", "c"]
+    assert "round 0 has 2 agent slots, but answers has 3" in res.skipped[1].reason
+    assert (res.full["n"], res.full["accuracy"]) == (1, 1.0)  # a: slot 0's 5 at round 1
