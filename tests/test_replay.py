@@ -379,3 +379,17 @@ def test_bad_active_values_raise_or_are_skipped(tmp_path):
     assert [k.trajectory_id for k in res.skipped] == ["b", "c"]
     assert "round 0 has 2 agent slots, but answers has 3" in res.skipped[1].reason
     assert (res.full["n"], res.full["accuracy"]) == (1, 1.0)  # a: slot 0's 5 at round 1
+
+
+def test_cli_replay_math_checks_like_an_import_with_math(tmp_path, capsys):
+    # "x^2+2x+1" is "(x+1)^2" only to math-verify: an import with --math labels it correct,
+    # and replay --math gives the same verdict; without it the strings differ
+    table = pa.table({"trajectory_id": ["m1"], "protocol": ["debate"],
+                      "n_agents": pa.array([2], pa.int32()), "reference": ["(x+1)^2"],
+                      "answers": [[["x^2+2x+1", "x^2+2x+1"]]], "final_answer": ["x^2+2x+1"]})
+    src = tmp_path / "m.parquet"
+    pq.write_table(table, src)
+    assert main(["replay", str(src), "--policy", "fixed"]) == 0
+    assert "full debate: accuracy 0.0000" in capsys.readouterr().out
+    assert main(["replay", str(src), "--policy", "fixed", "--math"]) == 0
+    assert "full debate: accuracy 1.0000" in capsys.readouterr().out

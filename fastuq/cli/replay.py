@@ -73,6 +73,11 @@ def add_parser(sub) -> None:
     cs.add_noise(p)
     cs.add_check(p)
     cs.add_skip(p)
+    p.add_argument("--math", action="store_true",
+                   help="also let answers that math-verify proves equivalent vote together and "
+                        "count as correct (pip install 'fastuq[math]'); give it when the corpus "
+                        "was imported with --math, so that the full debate's verdicts are the "
+                        "import's")
     p.add_argument("--chunk-rows", type=positive_int, default=1 << 18,
                    help="records per chunk (default 262144); every metric is a sum, so "
                         "memory is bounded by the chunk")
@@ -146,8 +151,8 @@ def run(args: argparse.Namespace) -> int:
                         calls=args.calls, dtype=args.dtype, backend=args.backend,
                         chunk_rows=args.chunk_rows,
                         observation_noise=args.observation_noise, check=args.check,
-                        on_error=args.on_error)
-    except (ValueError, TypeError, FileNotFoundError) as exc:
+                        on_error=args.on_error, math=args.math)
+    except (ValueError, TypeError, FileNotFoundError, ImportError) as exc:
         return cs.fail(prog, exc)
     cs.report_skipped(prog, result.skipped,
                       cs.save_skipped(args, result.skipped, source, args.output))
