@@ -7,11 +7,20 @@ calls it saves against the full debate, and its flips (trajectories whose answer
 at some earlier round and is wrong at the stop).
 
 Semantics (DESIGN.md): rounds are indexed from 0 (the initial answers); the answer at a stop
-after round ``t`` is the final-answer rule applied to round ``t`` (the majority of the
-answers given in that round, by the vote classes agreement counts; ties to the lowest slot;
-no answer: wrong), checked against ``reference``; stopping after round ``t`` in a debate of
-``A`` agents costs ``A (t + 1)`` calls (``calls="team"``), or, with ``calls="nodes"``, the
-answers actually given in rounds ``0..t`` (for protocols that prune agents, such as DyLAN).
+after round ``t`` is the final-answer rule applied to round ``t``,
+:func:`fastuq.signals.final_answer_slot`: the majority of the answers given in that round
+by the agents still in the team (the ``active`` column, DyLAN's ranker survivors; without
+it every agent), by the vote classes agreement counts, ties to the lowest slot; no answer:
+wrong. At the last executed round the answer is the corpus's ``final_answer`` where the
+corpus has that column (a null there: no answer), so a full-length replay gives the
+import's verdicts for every trajectory, also where a source defines its own rule (FORD's
+majority over every turn of the debate; a judge's or moderator's decision); where the
+column is absent the rule above decides that round too (the importers' ``last_round`` rule
+is the same function, so for DyLAN or Du et al. both give the same answer). Answers are
+checked against ``reference``: a debate without one is an error, or skipped and counted
+under ``on_error="skip"``. Stopping after round ``t`` in a debate of ``A`` agents costs
+``A (t + 1)`` calls (``calls="team"``), or, with ``calls="nodes"``, the answers actually
+given in rounds ``0..t`` (for protocols that prune agents, such as DyLAN).
 
 Policies (each a :class:`Policy`):
 
@@ -62,8 +71,10 @@ __all__ = [
     "pareto_front",
     "plot_replay",
     "replay",
+    "round_answer_slots",
     "round_outcomes",
     "stop_rounds",
+    "tie_counts",
     "uaad_grid_sums",
 ]
 
@@ -153,21 +164,34 @@ class Outcomes:
     n_agents: np.ndarray
 
 
+def round_answer_slots(batch) -> np.ndarray:
+    """``[T, N]`` int64: the slot whose answer is each round's answer under the final-answer
+    rule, :func:`fastuq.signals.final_answer_slot` of the batch's vote classes and its
+    ``active`` agents (-1: no active agent answers; also in unexecuted rounds)."""
+    from fastuq.signals.final import final_answer_slot
+
+    cls, _ = batch.answer_classes()
+    return final_answer_slot(cls, batch.active())
+
+
 def round_outcomes(batch, calls: str = "team") -> Outcomes:
     """Per-round answers checked against ``reference``, and the calls to each round, for a
     :class:`~fastuq.engine.batch.Batch` with ``answers`` and ``reference``.
 
-    The round's answer: the class with the most votes among the round's answers (the vote
-    classes agreement counts), ties to the class holding the lowest slot; its first slot's
-    string is checked against the reference by :func:`fastuq.answers.check_coded` (the verdicts of
-    :func:`~fastuq.answers.check_answers`) (with
-    math-verify when the batch was built with ``math``). Each distinct (answer, reference)
-    pair is checked once; the rest is whole-array NumPy.
+    The round's answer: :func:`fastuq.signals.final_answer_slot` of the round (the majority
+    of the vote classes agreement counts among the agents that are active, the ``active``
+    column, and answer; ties to the lowest slot), that slot's string; at the last executed
+    round, the corpus's ``final_answer`` instead where the corpus has that column (a null
+    there: no answer), so that the full debate's verdicts are the import's. Answers are
+    checked against the reference by :func:`fastuq.answers.check_coded` (the verdicts of
+    :func:`~fastuq.answers.check_answers`; with math-verify when the batch was built with
+    ``math``), each distinct (answer, reference) pair once; the rest is whole-array NumPy. A
+    trajectory without a reference is checked as wrong in every round (:func:`replay`
+    refuses or skips it first).
     """
     import pyarrow.compute as pc
 
     from fastuq.answers import check_coded
-    from fastuq.signals.risk import class_votes
 
     if calls not in CALLS:
         raise ValueError(f"calls must be one of {CALLS}, got {calls!r}")
@@ -177,9 +201,10 @@ def round_outcomes(batch, calls: str = "team") -> Outcomes:
                              f"answer of every round is checked against the reference)")
     cls, round_mask = batch.answer_classes()
     answers, classes = batch.vote_classes()
-    count = class_votes(cls)
-    top = np.argmax(count, axis=2)[..., None]  # the first slot of the modal class: ties to
-    winner = np.take_along_axis(cls, top, axis=2)[..., 0]  # the lowest slot; -1: no vote
+    slot = round_answer_slots(batch)  # [T, N], -1: no active agent answers
+    winner = np.take_along_axis(cls, np.maximum(slot, 0)[..., None], axis=2)[..., 0]
+    winner = np.where(slot >= 0, winner, -1).astype(np.int64)
+    last = round_mask.sum(axis=0).astype(np.int64) - 1
 
     # one answer string per class (its first slot), checked once per (class, reference)
     n_cls = int(classes.max()) + 1 if classes.size else 0
@@ -188,21 +213,29 @@ def round_outcomes(batch, calls: str = "team") -> Outcomes:
     first[classes[voted][::-1]] = voted[::-1]
     flat = pc.list_flatten(pc.list_flatten(answers))
     names = flat.take(pa.array(first[:n_cls])).cast(pa.string()).to_pylist()
+    n_t, n = winner.shape
+    if "final_answer" in batch.table.column_names and n:
+        # the last round's answer is the corpus's own (the importer's rule, e.g. FORD's)
+        fin = pc.dictionary_encode(batch.column("final_answer").cast(pa.string()))
+        f_code = fin.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+        names = names + fin.dictionary.to_pylist()
+        ran = np.flatnonzero(last >= 0)
+        winner[last[ran], ran] = np.where(f_code[ran] >= 0, n_cls + f_code[ran], -1)
+        n_cls = len(names)
     ref = pc.dictionary_encode(batch.column("reference").cast(pa.string()))
     ref_codes = ref.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
     golds = ref.dictionary.to_pylist()
-    n_t, n = winner.shape
     r_code = np.broadcast_to(ref_codes, (n_t, n))
     ok = (winner >= 0) & (r_code >= 0) & round_mask
     n_ref = max(len(golds), 1)
-    key = winner[ok].astype(np.int64) * n_ref + r_code[ok]
+    key = winner[ok] * n_ref + r_code[ok]
     if n_cls * n_ref <= 1 << 27:  # a bitmap of the pairs: no sort
         seen = np.zeros(n_cls * n_ref, bool)
         seen[key] = True
         distinct = np.flatnonzero(seen)
-        slot = np.zeros(n_cls * n_ref, np.int64)
-        slot[distinct] = np.arange(distinct.size)
-        inverse = slot[key]
+        pos = np.zeros(n_cls * n_ref, np.int64)
+        pos[distinct] = np.arange(distinct.size)
+        inverse = pos[key]
     else:
         distinct, inverse = np.unique(key, return_inverse=True)
     verdict = check_coded(names, golds, distinct // n_ref, distinct % n_ref,
@@ -219,7 +252,6 @@ def round_outcomes(batch, calls: str = "team") -> Outcomes:
         node_mask = pack_nodes(answers, dtype=np.int8, n_agents=batch.n_slots, fill=0,
                                leaf_values=np.zeros(len(flat), np.int8))[1]
         per_round = node_mask.sum(axis=2).astype(np.float64)
-    last = round_mask.sum(axis=0).astype(np.int64) - 1
     return Outcomes(correct=correct, calls=np.cumsum(per_round, axis=0), last=last,
                     n_agents=team)
 
@@ -364,15 +396,19 @@ class ReplayResult:
       ``epsilon``, ``threshold`` (nulls where a policy has no such parameter), ``n``,
       ``accuracy``, ``calls_mean``, ``calls_total``, ``calls_saved`` (calls saved against the
       full debate), ``calls_saved_frac``, ``flips``, ``flip_rate``, ``stop_mean`` (mean stop
-      round), ``calls_uaad_mean`` (UAAD's ``Q``, ``uaad``/``uaad_route`` rows only) and
-      ``pareto`` (on the accuracy-versus-mean-calls front).
+      round), ``calls_uaad_mean`` (UAAD's ``Q``, ``uaad``/``uaad_route`` rows only),
+      ``pareto`` (on the accuracy-versus-mean-calls front; one row per distinct point, the
+      first of the rows tied on it) and ``tied`` (how many rows have exactly this row's mean
+      calls and accuracy).
     full: the full debate's row as a dict.
     notes: what replay derived or assumed (e.g. risk signals derived from round signals).
+    skipped: the records left out under ``on_error="skip"`` (with their reasons), in order.
     """
 
     table: pa.Table
     full: dict
     notes: list[str] = field(default_factory=list)
+    skipped: list = field(default_factory=list)
 
     def front(self) -> pa.Table:
         """The rows on the Pareto front, by mean calls."""
@@ -383,21 +419,31 @@ class ReplayResult:
 
 
 def pareto_front(calls: np.ndarray, accuracy: np.ndarray) -> np.ndarray:
-    """``[G]`` bool: points no other point dominates (no more calls and at least the accuracy,
-    one of them strictly). Ties (equal calls and accuracy) are all on the front."""
+    """``[G]`` bool: the points no other point dominates (no more calls and at least the
+    accuracy, one of them strictly), one per distinct (calls, accuracy): of points tied
+    exactly on both, only the first (in the order given) is on the front, so a grid whose
+    many parameter points give the same stops lists that point once (:func:`tie_counts`
+    says how many it stands for)."""
     calls = np.asarray(calls, np.float64)
     accuracy = np.asarray(accuracy, np.float64)
-    order = np.lexsort((-accuracy, calls))
+    order = np.lexsort((np.arange(calls.size), -accuracy, calls))
     best = -np.inf
     on = np.zeros(calls.size, bool)
-    prev = None
     for i in order.tolist():
-        point = (calls[i], accuracy[i])
-        if accuracy[i] > best or point == prev:
+        if accuracy[i] > best:
             on[i] = True
-            best = max(best, accuracy[i])
-            prev = point
+            best = accuracy[i]
     return on
+
+
+def tie_counts(calls: np.ndarray, accuracy: np.ndarray) -> np.ndarray:
+    """``[G]`` int64: for each point, how many points (itself included) have exactly its
+    mean calls and accuracy."""
+    pts = np.stack([np.asarray(calls, np.float64), np.asarray(accuracy, np.float64)], axis=1)
+    if not len(pts):
+        return np.zeros(0, np.int64)
+    _, inverse, counts = np.unique(pts, axis=0, return_inverse=True, return_counts=True)
+    return counts[inverse.reshape(-1)].astype(np.int64)
 
 
 def _needed(policies: Sequence[Policy]) -> list[str]:
@@ -426,6 +472,8 @@ def replay(
     math: bool = False,
     processes: int | None = None,
     check: str = "corpus",
+    on_error: str = "raise",
+    skipped: list | None = None,
 ) -> ReplayResult:
     """Replay ``policies`` over the saved debates of ``source`` (see the module docstring).
 
@@ -437,8 +485,13 @@ def replay(
         ``lam`` ...), as for :func:`fastuq.score`.
       calls: ``"team"`` (``A (t + 1)``) or ``"nodes"`` (answers given) per stop.
       dtype, backend, chunk_rows, observation_noise, math, processes, check: as for
-        :func:`fastuq.iter_scores`. Bad records raise (replay has no skip mode: a skipped
-        debate would bias every policy alike but silently).
+        :func:`fastuq.iter_scores`.
+      on_error: ``"raise"`` (default): a bad record stops the run with a ValueError naming
+        it, as does a debate without a ``reference`` (null or empty: its answers cannot be
+        checked, and counting it as wrong in every round would bias every policy's
+        accuracy). ``"skip"``: such records are left out of every policy alike, and listed
+        with their reasons in ``ReplayResult.skipped`` (and appended to ``skipped``, a
+        caller-owned list, when given).
 
     Returns:
       a :class:`ReplayResult`. Memory is bounded by the chunk: every metric is a sum.
@@ -455,6 +508,10 @@ def replay(
         raise ValueError("a policy is given twice")
     if calls not in CALLS:
         raise ValueError(f"calls must be one of {CALLS}, got {calls!r}")
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    left_out: list = [] if skipped is None else skipped
+    n_before = len(left_out)
     params = {k: v for k, v in (params or {}).items() if v is not None}
     methods = _needed(pols)
     uaad_params = {k: v for k, v in params.items() if k in get_estimator("uaad").param_names}
@@ -470,9 +527,15 @@ def replay(
     chunks = iter_scores(source, methods=methods, protocol=protocol, params=params,
                          dtype=dtype, backend=backend, chunk_rows=chunk_rows,
                          observation_noise=observation_noise, math=math, processes=processes,
-                         check=check, extra_columns=("reference", "answers"))
+                         check=check, on_error=on_error,
+                         skipped=left_out if on_error == "skip" else None,
+                         extra_columns=("reference", "answers", "final_answer", "active"))
     for batch, scores in chunks:
-        out = round_outcomes(batch, calls)
+        keep = _with_reference(batch, on_error, left_out)
+        if keep is not None and not keep.size:
+            continue
+        out = _take_outcomes(round_outcomes(batch, calls), keep)
+        scores = {k: v if keep is None else np.asarray(v)[keep] for k, v in scores.items()}
         n_t, n = out.correct.shape
         total += n
         if not notes and any(p.name == "uaad_route" for p in pols):
@@ -494,6 +557,8 @@ def replay(
         full = _gather(g_team, out.last)
         full_sum = full if full_sum is None else full_sum + full
         agreement, mask = batch.rounds("agreement")
+        if keep is not None:
+            agreement, mask = agreement[:, keep], mask[:, keep]
         for k, p in enumerate(pols):
             if p.name == "fixed":
                 continue
@@ -523,6 +588,8 @@ def replay(
                 own = {key: v for key, v in params.items() if key in est.param_names}
                 trace = run_estimator_rounds(est, batch, params=own, protocol=protocol,
                                              backend=backend)
+                if keep is not None:
+                    trace = trace[:, keep]
                 if k not in grids:
                     th = p.thresholds
                     if isinstance(th, int):
@@ -535,8 +602,48 @@ def replay(
                 part = grid_sums(g_team, active, first, out.last, th.size)
             acc[k] = part if k not in acc else acc[k] + part
     if not total:
-        raise ValueError("the corpus holds no trajectory")
-    return _result(pols, acc, fixed_sums, full_sum, total, grids, notes)
+        raise ValueError("the corpus holds no trajectory" + (
+            " left to replay: every record was skipped" if len(left_out) > n_before else ""))
+    result = _result(pols, acc, fixed_sums, full_sum, total, grids, notes)
+    result.skipped = left_out[n_before:]
+    return result
+
+
+def _with_reference(batch, on_error: str, skipped: list) -> np.ndarray | None:
+    """The batch's records that have a reference (``[n]`` indices), or None when all do. A
+    null or empty reference raises (naming the trajectory and the field), or with
+    ``on_error="skip"`` the record is appended to ``skipped``."""
+    import pyarrow.compute as pc
+
+    from fastuq.engine.errors import RecordError
+    from fastuq.engine.scoring import Skipped
+
+    if "reference" not in batch.table.column_names:
+        return None  # round_outcomes names the missing column
+    ref = batch.column("reference").cast(pa.string())
+    blank = pc.equal(pc.utf8_trim_whitespace(ref), "").fill_null(True)
+    missing = blank.to_numpy(zero_copy_only=False)
+    if not missing.any():
+        return None
+    why = ("field reference: no reference (null or empty), so no round's answer can be "
+           "checked")
+    if on_error == "raise":
+        k = int(np.argmax(missing))
+        raise RecordError(f"trajectory {batch.labels[k]}: {why} (on_error='skip', "
+                          f"--on-error skip, leaves such debates out)", row=k)
+    bad = np.flatnonzero(missing)
+    ids = batch.ids.take(pa.array(bad)).to_pylist()
+    for k, tid in zip(bad.tolist(), ids, strict=True):
+        skipped.append(Skipped(source=batch.source, row=int(batch.rows[k]),
+                               trajectory_id=tid, reason=f"trajectory {batch.labels[k]}: {why}"))
+    return np.flatnonzero(~missing)
+
+
+def _take_outcomes(out: Outcomes, keep: np.ndarray | None) -> Outcomes:
+    if keep is None:
+        return out
+    return Outcomes(correct=out.correct[:, keep], calls=out.calls[:, keep],
+                    last=out.last[keep], n_agents=out.n_agents[keep])
 
 
 def _result(pols, acc, fixed_sums, full_sum, total, grids, notes) -> ReplayResult:
@@ -592,8 +699,9 @@ def _result(pols, acc, fixed_sums, full_sum, total, grids, notes) -> ReplayResul
         **{c: pa.array(rows[c], pa.float64()) for c in ("flip_rate", "stop_mean",
                                                          "calls_uaad_mean")},
     })
-    front = pareto_front(np.asarray(rows["calls_mean"]), np.asarray(rows["accuracy"]))
-    table = table.append_column("pareto", pa.array(front))
+    calls_mean, accuracy = np.asarray(rows["calls_mean"]), np.asarray(rows["accuracy"])
+    table = table.append_column("pareto", pa.array(pareto_front(calls_mean, accuracy)))
+    table = table.append_column("tied", pa.array(tie_counts(calls_mean, accuracy), pa.int64()))
     full = {"n": total, "accuracy": float(full_sum[0]) / total,
             "calls_mean": full_calls / total, "calls_total": full_calls,
             "flips": int(round(float(full_sum[2]))), "stop_mean": float(full_sum[3]) / total}

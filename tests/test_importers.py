@@ -145,6 +145,28 @@ def test_dylan_known_records(dylan_rows):
     assert "slots_ambiguous" in dylan_rows["intermediate_algebra_0_207_4_3:30"]["flags"]
 
 
+def test_dylan_active_marks_the_rankers_survivors(dylan, dylan_rows):
+    """``active`` [round][slot]: all 4 agents until the ranker, which ranks the round-1
+    answers of a record without consensus; from round 1 on only the kept histories' slots."""
+    assert dylan.schema.field("active").type == pa.list_(pa.list_(pa.bool_()))
+    every = [True] * 4
+    # the survivors are agents 3 and 2 (stored in reverse order; see above): a 2 x 3 record
+    r = dylan_rows["counting_and_probability_228_481_4_3:2"]
+    assert r["active"] == [every, [False, False, True, True], [False, False, True, True]]
+    # a 2 x 2 record (the survivors, agents 1 and 2, already agree after round 1): the
+    # pruned agents 0 and 3 spoke in round 1 (recovered from quotes) but are not active
+    r = dylan_rows["intermediate_algebra_0_207_4_3:0"]
+    assert r["active"] == [every, [False, True, True, False]]
+    assert [t is not None for t in r["texts"][1]] == [True, True, True, False]
+    # the ranker kept one agent twice: one survivor, in the first slot (slots_by_order)
+    assert dylan_rows["counting_and_probability_228_481_4_3:4"]["active"] == \
+        [every, [True, False, False, False]]
+    # no ranker (3 or 4 histories): everyone, also an agent never asked (3 x 1)
+    for tid, histories in _raw_dylan().items():
+        if len(histories) >= 3:
+            assert dylan_rows[tid]["active"] == [every] * len(histories[0]), tid
+
+
 def test_dylan_extra_columns(dylan_rows):
     r = dylan_rows["counting_and_probability_228_481_4_3:2"]
     assert r["subject"] == "Counting & Probability"

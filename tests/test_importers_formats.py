@@ -96,6 +96,7 @@ def test_ford_schema_and_order():
     assert t.schema.field("agents").type == pa.list_(pa.string())
     # folder: *.jsonl sorted by path; ids <folder>/<stem>:<line index>
     assert t.column("trajectory_id").to_pylist() == [
+        "final/anli:0", "final/anli:1",
         "final/copa:0", "final/copa:1", "final/copa:2", "final/copa:3",
         "round0/copa_agreed:0", "round0/copa_agreed:1", "table/piqa_candidate:0"]
     assert set(t.column("protocol").to_pylist()) == {"ford"}
@@ -139,6 +140,29 @@ def test_ford_debates_to_the_end(ford):
     assert r["answers"] == [[None, None], ["C", "C"]]
     assert r["agreement"] == [0.0, 1.0]
     assert (r["final_answer"], r["correct"], r["flags"]) == ("C", True, ["unparseable_round"])
+
+
+def test_ford_agent_renamed_mid_debate_keeps_slot_order(ford):
+    # FORD's M names the second debater "davinci" in round 0 and "chatgpt0301" afterwards:
+    # the turns still alternate, so turn j is slot j % 2; the names stay metadata
+    r = ford["final/anli:0"]
+    assert (r["n_agents"], r["agents"], r["flags"]) == (2, ["chatgpt", "davinci"],
+                                                        ["agent_renamed"])
+    assert r["answers"] == [["A", "B"], ["A", "B"], ["A", "A"]]
+    assert r["texts"][1][1].startswith("Sun all day")  # turn 3, the renamed agent's
+    assert r["agreement"] == [0.5, 0.5, 1.0]
+    # FORD's rule: A four times, B twice
+    assert (r["final_answer"], r["reference"], r["correct"]) == ("A", "A", True)
+
+
+def test_ford_final_answer_is_fords_vote_over_all_turns_not_the_agreed_answer(ford):
+    # turns A, B, A, C, C: the debate stops on the agreeing C, C, but every turn votes
+    # (process_final.py: max(candidates, key=candidates.count)): A 2, C 2, B 1; the tie goes
+    # to A, stated first, so FORD counts this debate wrong
+    r = ford["final/anli:1"]
+    assert r["answers"] == [["A", "B"], ["A", "C"], ["C", None]]
+    assert (r["final_answer"], r["reference"], r["correct"], r["flags"]) == \
+        ("A", "C", False, [])
 
 
 def test_ford_round_table(ford):
@@ -201,14 +225,19 @@ def test_ford_bad_input_names_file_record_and_field(tmp_path):
         path = _jsonl(tmp_path / f"bad{k}.jsonl", [ok, bad])
         with pytest.raises(ValueError, match=rf"bad{k}\.jsonl: " + pattern):
             import_ford(path)
-    # speakers out of turn order
-    seq = _ford_record(P=["None", "None", "A", "B", "A"], M=["system", "system", "m1", "m2",
-                                                             "m2"],
-                       R=_ford_record()["R"] + [{"role": "assistant", "content": "c"}])
+    # M must still be a list of names aligned with P
+    seq = _ford_record(M=["system", "system", "m1"])
     path = _jsonl(tmp_path / "order.jsonl", [seq])
-    with pytest.raises(ValueError, match=r"record 0 .*M\[4\] is 'm2' where turn 2 of 2 agents "
-                                         r"taking turns is 'm1'"):
+    with pytest.raises(ValueError, match=r"record 0 .*M must be a list of model names aligned "
+                                         r"with P"):
         import_ford(path)
+    # a name that changes for a slot (or swaps with the other's) is metadata: slot order
+    swapped = _ford_record(P=["None", "None", "A", "B", "A"],
+                           M=["system", "system", "m1", "m2", "m2"],
+                           R=_ford_record()["R"] + [{"role": "assistant", "content": "c"}])
+    row = import_ford(_jsonl(tmp_path / "swapped.jsonl", [swapped])).to_pylist()[0]
+    assert (row["answers"], row["agents"], row["flags"]) == \
+        ([["A", "B"], ["A", None]], ["m1", "m2"], ["agent_renamed"])
     path = _write(tmp_path / "broken.jsonl", json.dumps(ok) + "\n{nope\n")
     with pytest.raises(ValueError, match=r"broken\.jsonl: record 1 \(line 2\): malformed JSON"):
         import_ford(path)
@@ -590,9 +619,9 @@ def test_cli_import_detects_and_says_so(tmp_path, monkeypatch, capsys):
     out = tmp_path / "ford.parquet"
     assert _main(monkeypatch, ["import", str(FORD), "-o", str(out)]) == 0
     text = capsys.readouterr().out
-    assert f"detected format: ford (from {FORD / 'final' / 'copa.jsonl'})" in text
-    assert "imported 7 trajectories" in text
-    assert "protocols: ford 7" in text
+    assert f"detected format: ford (from {FORD / 'final' / 'anli.jsonl'})" in text
+    assert "imported 9 trajectories" in text
+    assert "protocols: ford 9" in text
     assert pq.read_table(out).equals(import_ford(FORD))
     # naming the format: no detection line, the same table
     out2 = tmp_path / "ford2.parquet"

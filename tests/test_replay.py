@@ -4,6 +4,8 @@ vectorized grid evaluation against the direct one; chunking; the DyLAN-style fin
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -202,3 +204,192 @@ def test_cli_replay_writes_table_and_plot(tmp_path, capsys):
     assert fig.stat().st_size > 1000
     rc = main(["replay", str(src), "--thresholds", "4"])  # no trace policy
     assert rc == 2 and "trace" in capsys.readouterr().err
+
+
+# --- one final-answer rule: a full-length replay gives the import's answers --------------------
+
+REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
+DATA = REPO / "tests" / "data"
+#: the 4,800 real DyLAN MATH records beside the repository (as the notebooks read them)
+DYLAN_ALL = REPO.parent / "shared" / "data" / "dylan_math"
+
+
+@pytest.fixture(scope="module")
+def dylan_all() -> pa.Table:
+    from fastuq.importers import import_dylan
+
+    assert DYLAN_ALL.is_dir(), f"the DyLAN logs are missing: {DYLAN_ALL}"
+    return import_dylan(DYLAN_ALL)
+
+
+def _last_round(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """(replay's verdict at each trajectory's last round, the slot of its answer there by
+    the final-answer rule), from one batch of the whole table."""
+    from fastuq.engine.batch import Batch
+    from fastuq.replay import round_answer_slots, round_outcomes
+
+    batch = Batch(table)
+    out = round_outcomes(batch)
+    cols = np.arange(table.num_rows)
+    return out.correct[out.last, cols], round_answer_slots(batch)[out.last, cols]
+
+
+def test_full_length_replay_of_the_dylan_logs_gives_the_imports_answers(dylan_all):
+    table = dylan_all
+    assert table.num_rows == 4800
+    correct = np.asarray(table.column("correct").to_pylist(), bool)
+    finals = table.column("final_answer").to_pylist()
+    answers = table.column("answers").to_pylist()
+    res = replay(table, ["fixed"])
+    assert res.full["accuracy"] == correct.mean()
+    # every trajectory, with the corpus's final_answer at the last round ...
+    verdict, _ = _last_round(table)
+    assert (verdict == correct).all(), np.flatnonzero(verdict != correct)
+    # ... and without it: the rule itself over the active agents (the ranker's survivors)
+    # gives the importer's answer string and verdict for every record
+    bare = table.drop(["final_answer"])
+    verdict, slot = _last_round(bare)
+    assert (verdict == correct).all(), np.flatnonzero(verdict != correct)
+    got = [None if s < 0 else a[-1][s] for a, s in zip(answers, slot.tolist(), strict=True)]
+    differ = [i for i, (g, f) in enumerate(zip(got, finals, strict=True)) if g != f]
+    assert differ == []
+    assert replay(bare, ["fixed"]).full["accuracy"] == correct.mean()
+
+
+def test_full_length_replay_of_ford_debates_gives_fords_answers():
+    # FORD's rule votes over every turn: final/anli:1 (turns A, B, A, C, C) ends agreeing on
+    # the gold C, but its final answer is A, so the import, and the full replay, count it
+    # wrong; the majority of its last round alone ([C, None]) would be right
+    from fastuq.importers import import_ford
+
+    table = import_ford(DATA / "ford")
+    correct = np.asarray(table.column("correct").to_pylist(), bool)
+    ids = table.column("trajectory_id").to_pylist()
+    assert not correct[ids.index("final/anli:1")]
+    verdict, _ = _last_round(table)
+    assert (verdict == correct).all(), [ids[i] for i in np.flatnonzero(verdict != correct)]
+    res = replay(table, ["fixed"])
+    assert res.full["accuracy"] == correct.mean() == 6 / 9
+    # stopping after round 0 applies the round rule (ties to slot 0), except where round 0
+    # is the last round: anli:0 [A, B] -> A right, anli:1 A wrong, copa:0 [A, B] -> A wrong,
+    # copa:1 [-, A] -> A wrong, copa:2 A right, copa:3 nothing parses, wrong, the two
+    # agreed debates right (their final answers), the round table [B, -, B] -> B wrong
+    r = _row(res, policy="fixed", rounds=1)
+    assert (r["n"], r["accuracy"]) == (9, 4 / 9)
+
+
+def test_a_debate_without_reference_raises_or_is_skipped_and_counted(tmp_path, capsys):
+    table = _corpus().set_column(3, "reference", pa.array(["5", None, "5", " "]))
+    with pytest.raises(ValueError, match=r"trajectory 'T2' \(.*row 1\): field reference: "
+                                         r"no reference"):
+        replay(table, ["fixed"])
+    skipped: list = []
+    res = replay(table, ["fixed"], on_error="skip", skipped=skipped)
+    # T1 and T3 remain: full debate T1 right, T3 wrong (see the table at the top)
+    assert res.full["n"] == 2 and res.full["accuracy"] == 0.5
+    assert [k.trajectory_id for k in res.skipped] == ["T2", "T4"] == \
+        [k.trajectory_id for k in skipped]
+    assert [k.row for k in res.skipped] == [1, 3]
+    src = tmp_path / "c.parquet"
+    pq.write_table(table, src)
+    assert main(["replay", str(src), "--policy", "fixed"]) == 2
+    assert "field reference" in capsys.readouterr().err
+    listed = tmp_path / "skipped.jsonl"
+    assert main(["replay", str(src), "--policy", "fixed", "--on-error", "skip",
+                 "--skipped", str(listed)]) == 0
+    captured = capsys.readouterr()
+    assert "2 debates; full debate: accuracy 0.5000" in captured.out
+    assert "skipped 2 bad record(s)" in captured.err
+    assert len(listed.read_text().splitlines()) == 2
+
+
+def test_pareto_front_collapses_exact_ties():
+    from fastuq.replay import tie_counts
+
+    calls = np.array([3.0, 3.0, 6.0, 6.0, 4.0, 9.0])
+    acc = np.array([0.5, 0.5, 0.7, 0.7, 0.5, 0.7])
+    # (3, .5) twice: the first only; (6, .7) twice: the first only; (4, .5), (9, .7) dominated
+    assert pareto_front(calls, acc).tolist() == [True, False, True, False, False, False]
+    assert tie_counts(calls, acc).tolist() == [2, 2, 2, 2, 1, 1]
+    # replay: fixed rounds=1 and trace threshold 0 both stop every debate after round 0
+    # (3 calls, accuracy .5, worked out above); the front lists that point once
+    res = replay(_corpus(), ["fixed", Policy("trace", estimator="mean_agreement",
+                                             thresholds=[-0.8, 0.0])])
+    front = res.front().to_pylist()
+    assert [(r["policy"], r["rounds"], r["calls_mean"], r["accuracy"], r["tied"])
+            for r in front] == [("fixed", 1, 3.0, 0.5, 2), ("fixed", 3, 9.0, 0.75, 1)]
+
+
+def test_readme_dylan_replay_example_runs(tmp_path, monkeypatch, capsys):
+    # README, "Replay stopping and routing policies": its DyLAN replay line, as written, runs
+    # on a DyLAN import (of the slices in tests/data), and the README shows that import
+    import shlex
+
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    block = text.split("### Replay stopping and routing policies", 1)[1].split("```bash", 1)[1]
+    lines = [ln.split("#")[0].strip() for ln in block.split("```", 1)[0].splitlines()]
+    cmds = [shlex.split(ln)[1:] for ln in lines if "dylan.parquet" in ln]
+    replays = [c for c in cmds if c[0] == "replay"]
+    assert replays, cmds
+    monkeypatch.chdir(tmp_path)
+    assert main(["import", "dylan", str(DATA / "dylan_math"), "-o", "dylan.parquet"]) == 0
+    capsys.readouterr()
+    for argv in replays:
+        assert main(argv) == 0, (argv, capsys.readouterr().err)
+        out = capsys.readouterr().out
+        assert "dylan.parquet: 44 debates; full debate: accuracy" in out
+        assert "Pareto front" in out
+    imports = [c for c in cmds if c[0] == "import"]
+    assert [c[:2] + c[-2:] for c in imports] == [["import", "dylan", "-o", "dylan.parquet"]]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_active_column_is_read_and_limits_each_rounds_vote(tmp_path, fmt):
+    # a: round 0, all three active: 5 3 3 -> 3 (wrong); round 1 only slot 0 is still in the
+    # team: its 5 decides (right) though the pruned agents' 3 3 are in the row.
+    # b: no active column entry (null): everyone; 5 3 3 -> 3 (wrong)
+    recs = [{"trajectory_id": "a", "n_agents": 3, "reference": "5", "protocol": "debate",
+             "answers": [["5", "3", "3"], ["5", "3", "3"]],
+             "active": [[True, True, True], [True, False, False]]},
+            {"trajectory_id": "b", "n_agents": 3, "reference": "5", "protocol": "debate",
+             "answers": [["5", "3", "3"]], "active": None}]
+    path = tmp_path / f"c.{fmt}"
+    if fmt == "jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    else:
+        pq.write_table(pa.Table.from_pylist(recs), path)
+    res = replay(path, ["fixed"])
+    assert res.full["accuracy"] == 0.5
+    assert _row(res, policy="fixed", rounds=1)["accuracy"] == 0.0
+
+
+def test_bad_active_values_raise_or_are_skipped(tmp_path):
+    recs = [{"trajectory_id": "a", "n_agents": 3, "reference": "5", "protocol": "debate",
+             "answers": [["5", "3", "3"], ["5", "3", "3"]], "active": [[1, 1, 1], [1, 0, 0]]},
+            {"trajectory_id": "b", "n_agents": 3, "reference": "5", "protocol": "debate",
+             "answers": [["5", "3", "3"]], "active": [[1, 2, 1]]},
+            {"trajectory_id": "c", "n_agents": 3, "reference": "5", "protocol": "debate",
+             "answers": [["5", "5", "3"]], "active": [[1, 1]]}]
+    path = tmp_path / "c.parquet"
+    pq.write_table(pa.Table.from_pylist(recs), path)
+    with pytest.raises(ValueError, match=r"row 1 \(trajectory_id 'b'\): field active: round 0, "
+                                         r"agent 1: must be true/false \(or 0/1\), got 2"):
+        replay(path, ["fixed"])
+    res = replay(path, ["fixed"], on_error="skip")
+    assert [k.trajectory_id for k in res.skipped] == ["b", "c"]
+    assert "round 0 has 2 agent slots, but answers has 3" in res.skipped[1].reason
+    assert (res.full["n"], res.full["accuracy"]) == (1, 1.0)  # a: slot 0's 5 at round 1
+
+
+def test_cli_replay_math_checks_like_an_import_with_math(tmp_path, capsys):
+    # "x^2+2x+1" is "(x+1)^2" only to math-verify: an import with --math labels it correct,
+    # and replay --math gives the same verdict; without it the strings differ
+    table = pa.table({"trajectory_id": ["m1"], "protocol": ["debate"],
+                      "n_agents": pa.array([2], pa.int32()), "reference": ["(x+1)^2"],
+                      "answers": [[["x^2+2x+1", "x^2+2x+1"]]], "final_answer": ["x^2+2x+1"]})
+    src = tmp_path / "m.parquet"
+    pq.write_table(table, src)
+    assert main(["replay", str(src), "--policy", "fixed"]) == 0
+    assert "full debate: accuracy 0.0000" in capsys.readouterr().out
+    assert main(["replay", str(src), "--policy", "fixed", "--math"]) == 0
+    assert "full debate: accuracy 1.0000" in capsys.readouterr().out

@@ -30,6 +30,8 @@ DESIGN_TYPES = {
     # not in DESIGN.md: the log-probability of each node's answer tokens (BCCS's belief)
     "answer_logprob": pa.list_(pa.list_(pa.float64())),
     "predecessors": pa.list_(pa.list_(pa.list_(pa.int32()))),
+    # DESIGN.md: [round][agent] the agent is still in the team (DyLAN's ranker survivors)
+    "active": pa.list_(pa.list_(pa.bool_())),
     "flags": pa.list_(pa.string()),
     "texts": pa.list_(pa.list_(pa.string())),
 }
@@ -148,6 +150,34 @@ def test_validate_node_columns_disagree_on_slot_count_in_a_round():
     with pytest.raises(ValueError, match=r"row 1 \(trajectory_id 't1'\): field n_tokens: "
                                          r"round 1 has 1 agent slots, but answers has 2"):
         validate(t, source="src")
+
+
+def test_validate_active_is_a_node_column_of_booleans():
+    answers = [[["1", "2", "3"]], [["1", "1", "2"], ["1", "1", None]], [["4"] * 4]]
+    ok = [[[True, True, True]], [[True, True, True], [True, True, False]], [[True] * 4]]
+    validate(_table(answers=answers, active=ok), source="src")
+    # 0/1 integers are booleans; a null list or node means active
+    validate(_table(answers=answers, active=[[[1, 1, 1]], None, [[1, 0, None, 1]]]))
+    cases = [
+        # a value a cast would coerce: 2 would become true
+        ([[[1, 1, 1]], [[1, 1, 1], [1, 2, 0]], [[1] * 4]],
+         r"row 1 \(trajectory_id 't1'\): field active: round 1, agent 1: must be true/false "
+         r"\(or 0/1\), got 2"),
+        ([[["yes", "yes", "no"]], [["yes"] * 3, ["yes"] * 3], [["yes"] * 4]],
+         r"row 0 \(trajectory_id 't0'\): field active: must be \[round\]\[agent\] booleans"),
+        # shaped unlike the other node columns
+        ([[[True] * 3], [[True] * 3], [[True] * 4]],
+         r"row 1 \(trajectory_id 't1'\): field active: 1 rounds, but answers has 2"),
+        ([[[True] * 3], [[True] * 3, [True, True]], [[True] * 4]],
+         r"row 1 \(trajectory_id 't1'\): field active: round 1 has 2 agent slots, but "
+         r"answers has 3"),
+        ([[[True] * 4], [[True] * 3, [True] * 3], [[True] * 4]],
+         r"row 0 \(trajectory_id 't0'\): field active: round 0 has 4 agent slots, more than "
+         r"n_agents = 3"),
+    ]
+    for active, pattern in cases:
+        with pytest.raises(ValueError, match=pattern):
+            validate(_table(answers=answers, active=active), source="src")
 
 
 def test_validate_node_slot_mismatch_found_past_null_records():

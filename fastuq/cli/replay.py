@@ -1,7 +1,8 @@
 """``fastuq replay``: what stopping and routing policies would have cost and gained on saved
 full-length debates (:func:`fastuq.replay.replay`).
 
-Exit status: 0 on success, 2 on bad input or a refused output.
+Exit status: 0 on success, 2 on bad input (a bad record, a debate without a reference unless
+``--on-error skip``) or a refused output.
 """
 
 from __future__ import annotations
@@ -33,14 +34,17 @@ def add_parser(sub) -> None:
         help="replay stopping/routing policies over saved debates: accuracy vs model calls",
         description=(
             "Apply stopping and routing policies to saved full-length debates and report, per "
-            "policy and parameter point, the accuracy of the answer at the stop (the round's "
-            "majority answer checked against 'reference'), mean and total model calls, calls "
-            "saved against the full debate and flips (correct at an earlier round, wrong at "
+            "policy and parameter point, the accuracy of the answer at the stop (the "
+            "majority of the round's answers among the active agents, at the last round the "
+            "corpus's final_answer, checked against 'reference'), mean and total model "
+            "calls, calls saved against the full debate and flips (correct at an earlier "
+            "round, wrong at "
             "the stop). Policies: fixed (r = 1..T rounds), uaad (consensus stop: dominant "
             "share >= tau_c and moved <= epsilon), uaad_route (the same under UAAD's risk "
             "tiers), bccs (first full consensus; needs belief) and trace:ESTIMATOR (stop once "
             "the estimator's score of the rounds so far is <= a threshold). Prints the full "
-            "debate and the Pareto front of accuracy against calls."
+            "debate and the Pareto front of accuracy against calls, one line per distinct "
+            "point (with how many grid points tie on it)."
         ),
         epilog="grids: LO:HI:N (N values, ends included) or a comma list; --param sets "
                "estimator parameters (UAAD tiers: --param rounds_high=2, BCCS: --param "
@@ -68,6 +72,12 @@ def add_parser(sub) -> None:
     cs.add_backend(p, "jax")
     cs.add_noise(p)
     cs.add_check(p)
+    cs.add_skip(p)
+    p.add_argument("--math", action="store_true",
+                   help="also let answers that math-verify proves equivalent vote together and "
+                        "count as correct (pip install 'fastuq[math]'); give it when the corpus "
+                        "was imported with --math, so that the full debate's verdicts are the "
+                        "import's")
     p.add_argument("--chunk-rows", type=positive_int, default=1 << 18,
                    help="records per chunk (default 262144); every metric is a sum, so "
                         "memory is bounded by the chunk")
@@ -140,9 +150,12 @@ def run(args: argparse.Namespace) -> int:
         result = replay(source, _policies(args), params=params, protocol=args.protocol,
                         calls=args.calls, dtype=args.dtype, backend=args.backend,
                         chunk_rows=args.chunk_rows,
-                        observation_noise=args.observation_noise, check=args.check)
-    except (ValueError, TypeError, FileNotFoundError) as exc:
+                        observation_noise=args.observation_noise, check=args.check,
+                        on_error=args.on_error, math=args.math)
+    except (ValueError, TypeError, FileNotFoundError, ImportError) as exc:
         return cs.fail(prog, exc)
+    cs.report_skipped(prog, result.skipped,
+                      cs.save_skipped(args, result.skipped, source, args.output))
     full = result.full
     print(f"{Path(source).name}: {full['n']:,} debates; full debate: accuracy "
           f"{full['accuracy']:.4f}, {full['calls_mean']:.3f} calls per question "
@@ -154,9 +167,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"  {'policy':<{width}}  accuracy  calls/q  saved    flips")
     for r in front:
         saved = r["calls_saved_frac"]
+        tied = f"  (+{r['tied'] - 1:,} tied)" if r["tied"] > 1 else ""
         print(f"  {_describe(r):<{width}}  {r['accuracy']:.4f}    {r['calls_mean']:7.3f}  "
               f"{'n/a' if saved is None or math.isnan(saved) else f'{saved:6.1%}'}  "
-              f"{r['flips']:>6,}")
+              f"{r['flips']:>6,}{tied}")
     for note in result.notes:
         print(f"note: {note}", file=sys.stderr)
     try:

@@ -87,6 +87,7 @@ class Batch:
         self.ids = combined(table.column("trajectory_id"))
         if rows is None:
             rows = np.arange(row0, row0 + self.n)
+        self.rows = rows  # [n] the source row of every record
         self.labels = _Labels(self.ids, source, rows)
         self._cache: dict[str, tuple] = {}
 
@@ -225,6 +226,25 @@ class Batch:
                 leaf_values=classes.astype(np.int32))
             self._cache["answer_classes"] = (np.where(node_mask, values, -1), round_mask)
         return self._cache["answer_classes"]
+
+    def active(self) -> np.ndarray:
+        """``[T, N, A]`` bool: whether each agent is still in the team in each round (the
+        ``active`` column; true where the corpus has no such column, where a record's list or
+        a node is null, and in padding), shaped like :meth:`answer_classes`."""
+        if "active" not in self._cache:
+            _, round_mask = self.answer_classes()
+            shape = (round_mask.shape[0], self.n, self.n_slots)
+            if "active" in self.table.column_names and self.table.num_rows:
+                try:
+                    values, node_mask, _ = pack_nodes(self.column("active"), dtype=bool,
+                                                      t_max=shape[0], n_agents=shape[2],
+                                                      fill=True)
+                except ValueError as exc:
+                    raise ValueError(f"{self.source or 'corpus'}: active: {exc}") from None
+                self._cache["active"] = values | ~node_mask
+            else:
+                self._cache["active"] = np.ones(shape, bool)
+        return self._cache["active"]
 
     def nodes(self, name: str) -> tuple[np.ndarray, ...]:
         """A node column as ``(values [T, N, A], node_mask [T, N, A], round_mask [T, N])``,

@@ -70,7 +70,7 @@ _ALWAYS = ("question_id", "protocol", "correct", "agreement", "token_entropy", "
 #: 10-100x larger than everything else together, and reading them for a check alone would
 #: break the memory bound of a chunk.
 _CHECKED_NODE_COLUMNS = ("answers", "seq_logprob", "n_tokens", "belief", "answer_logprob",
-                         "predecessors")
+                         "predecessors", "active")
 CHECKS = ("corpus", "used")
 
 

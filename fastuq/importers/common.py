@@ -19,16 +19,16 @@ Per record, from its ``texts[round][slot]`` (``None`` where the agent did not sp
   :func:`fastuq.signals.agreement_from_answers` give the same 0.
 * ``final_answer``, by the record's ``final_rule``:
 
-  * ``"last_round"`` (the default): the answer of the largest class among the agents that
-    speak in the last round and survive to it (``ParsedRecord.final_slots``: for DyLAN the
-    agents whose histories the file keeps, i.e. the ranker's survivors, never a pruned agent
-    whose answer was recovered from a quote; for Du et al. every agent that speaks in the
-    last round). Ties go to the class whose first member sits in the lowest slot (the team's
-    order), and the string is that member's answer as extracted. ``None`` when none of those
-    answers parses.
-  * ``"all_rounds"``: the same vote over every node of every round, in round-major order
-    (for a turn-based log such as FORD's, the order of the turns): ties go to the class whose
-    first member spoke first.
+  * ``"last_round"`` (the default): DESIGN.md's rule, :func:`fastuq.signals.final_answer_slot`
+    (the function replay applies to every round): the answer of the largest class among the
+    agents of the last round that are **active** (``ParsedRecord.active``, the ``active``
+    column: for DyLAN the ranker's survivors, never a pruned agent whose answer was recovered
+    from a quote; without it every agent) and **speak** (hold a parsed answer). Ties go to
+    the class whose first member sits in the lowest slot (the team's order), and the string
+    is that member's answer as extracted. ``None`` when none of those answers parses.
+  * ``"all_rounds"``: the same function over every node of every round as one row, in
+    round-major order (for a turn-based log such as FORD's, the order of the turns): ties go
+    to the class whose first member spoke first.
   * ``"given"``: ``ParsedRecord.final``, the answer the log itself states (a moderator's or
     judge's decision, an aggregate of scores, a mapped column), ``None`` included.
 * ``correct`` = ``final_answer`` equivalent to ``reference`` (:func:`check_answers`, same
@@ -53,6 +53,7 @@ from fastuq.answers.check import answer_classes, check_answers
 from fastuq.answers.extract import AnswerKind, extract_answer
 from fastuq.answers.normalize import answer_kind
 from fastuq.io.schema import CANONICAL
+from fastuq.signals.final import final_answer_slot
 
 __all__ = [
     "AGENTS_FIELD",
@@ -94,9 +95,9 @@ class ParsedRecord:
     texts: list[list[str | None]]  # [round][slot]
     flags: list[str] = field(default_factory=list)
     extra: dict[str, object] = field(default_factory=dict)
-    #: slots whose last-round answers decide the final answer (None: every slot that speaks
-    #: in the last round)
-    final_slots: list[int] | None = None
+    #: ``[round][slot]`` whether the agent is still in the team (the canonical ``active``
+    #: column; None: every agent); the same shape as ``texts``
+    active: list[list[bool]] | None = None
     #: parsed answers ``[round][slot]`` as the log states them (None: extract from ``texts``);
     #: the same shape as ``texts``
     answers: list[list[str | None]] | None = None
@@ -114,6 +115,9 @@ class ParsedRecord:
         if self.answers is not None and [len(r) for r in self.answers] != \
                 [len(r) for r in self.texts]:
             raise ValueError(f"{self.trajectory_id}: answers and texts differ in shape")
+        if self.active is not None and [len(r) for r in self.active] != \
+                [len(r) for r in self.texts]:
+            raise ValueError(f"{self.trajectory_id}: active and texts differ in shape")
 
 
 def question_id(text: str) -> str:
@@ -319,15 +323,27 @@ def chat_history(history: object, a: int | str, fail: Callable[[str], Exception]
     return responses, prompts
 
 
-def _round_votes(answers: Sequence[str | None], math: bool) -> tuple[int, int]:
-    """(largest class size, slot of the winning class's first member, or -1)."""
-    ids = answer_classes(answers, math=math)
-    if (ids < 0).all():
-        return 0, -1
-    counts = np.bincount(ids[ids >= 0])
-    # class ids are numbered by first appearance, i.e. by lowest slot: argmax keeps the first
-    best = int(np.argmax(counts))
-    return int(counts[best]), int(np.flatnonzero(ids == best)[0])
+def _modal_count(ids: np.ndarray) -> int:
+    """The size of the largest vote class of one round (0: no vote)."""
+    voted = ids[ids >= 0]
+    return int(np.bincount(voted).max()) if voted.size else 0
+
+
+def _winners(classes: Sequence[np.ndarray], active: Sequence[np.ndarray]) -> list[int]:
+    """:func:`final_answer_slot` of each record's row of voters: the rows are grouped by
+    length, so each group is one whole-array call (and a long row costs its own length
+    squared, not the longest row's)."""
+    out = [-1] * len(classes)
+    lengths = np.fromiter((len(c) for c in classes), np.int64, len(classes))
+    for width in np.unique(lengths).tolist():
+        if width == 0:
+            continue
+        idx = np.flatnonzero(lengths == width)
+        cls = np.stack([classes[i] for i in idx.tolist()])
+        act = np.stack([active[i] for i in idx.tolist()])
+        for i, w in zip(idx.tolist(), final_answer_slot(cls, act).tolist(), strict=True):
+            out[i] = w
+    return out
 
 
 def derive_columns(records: Sequence[ParsedRecord], *, math: bool = False,
@@ -337,8 +353,12 @@ def derive_columns(records: Sequence[ParsedRecord], *, math: bool = False,
     derived ones); ``processes`` goes to :func:`check_answers`."""
     answers_all: list[list[list[str | None]]] = []
     agreement_all: list[list[float]] = []
-    finals: list[str | None] = []
     flags_all: list[list[str]] = []
+    # each record's voters (one row: its last round, or every node for "all_rounds"), their
+    # vote classes and whether they are active; the winners come from one call below
+    voters_all: list[list[str | None]] = []
+    classes_all: list[np.ndarray] = []
+    active_all: list[np.ndarray] = []
     for rec in records:
         if rec.answers is not None:
             answers = [list(row) for row in rec.answers]
@@ -348,28 +368,35 @@ def derive_columns(records: Sequence[ParsedRecord], *, math: bool = False,
                        for row in rec.texts]
         flags = list(rec.flags)
         agreement = []
-        for row in answers:
-            count, slot = _round_votes(row, math)
+        ids_rows = [answer_classes(row, math=math) for row in answers]
+        for ids in ids_rows:
+            count = _modal_count(ids)
             agreement.append(count / rec.n_agents)
-            if slot < 0 and "unparseable_round" not in flags:
+            if count == 0 and "unparseable_round" not in flags:
                 flags.append("unparseable_round")
-        final = None
-        if rec.final_rule == "given":
-            final = rec.final
-        elif answers:
-            if rec.final_rule == "all_rounds":
-                voters = [a for row in answers for a in row]
-            else:
-                last = answers[-1]
-                slots = range(len(last)) if rec.final_slots is None else sorted(rec.final_slots)
-                voters = [last[k] for k in slots if k < len(last)]
-            _, winner = _round_votes(voters, math)
-            if winner >= 0:
-                final = voters[winner]
+        voters: list[str | None] = []
+        classes = np.zeros(0, np.int64)
+        if rec.final_rule == "all_rounds" and answers:
+            voters = [a for row in answers for a in row]
+            classes = answer_classes(voters, math=math)
+            active = np.ones(len(voters), bool)
+        elif rec.final_rule == "last_round" and answers:
+            voters = list(answers[-1])
+            classes = ids_rows[-1]
+            active = np.ones(len(voters), bool) if rec.active is None else \
+                np.asarray([x is not False for x in rec.active[-1]], bool)
+        else:
+            active = np.zeros(0, bool)
+        voters_all.append(voters)
+        classes_all.append(np.asarray(classes, np.int64))
+        active_all.append(active)
         answers_all.append(answers)
         agreement_all.append(agreement)
-        finals.append(final)
         flags_all.append(flags)
+    winner = _winners(classes_all, active_all)
+    finals = [rec.final if rec.final_rule == "given" else
+              (voters[w] if w >= 0 else None)
+              for rec, voters, w in zip(records, voters_all, winner, strict=True)]
     refs = [r.reference for r in records]
     correct = check_answers(finals, refs, math=math, processes=processes)
     columns: dict[str, list] = {
@@ -386,6 +413,7 @@ def derive_columns(records: Sequence[ParsedRecord], *, math: bool = False,
         "texts": [r.texts for r in records],
         "flags": flags_all,
         "question": [r.question for r in records],
+        "active": [r.active for r in records],
     }
     for name in extra_names:
         columns[name] = [r.extra.get(name) for r in records]
@@ -394,7 +422,10 @@ def derive_columns(records: Sequence[ParsedRecord], *, math: bool = False,
 
 def table_from_columns(columns: dict[str, list], extra_fields: Sequence[pa.Field] = ()
                        ) -> pa.Table:
-    """The canonical Arrow table (schema: the base fields, then ``extra_fields``)."""
-    schema = pa.schema(_BASE_FIELDS + list(extra_fields))
+    """The canonical Arrow table (schema: the base fields, ``active`` when a record has it,
+    then ``extra_fields``)."""
+    active = [CANONICAL.field("active")] if any(
+        a is not None for a in columns.get("active", ())) else []
+    schema = pa.schema(_BASE_FIELDS + active + list(extra_fields))
     arrays = [pa.array(columns[f.name], type=f.type) for f in schema]
     return pa.Table.from_arrays(arrays, schema=schema)

@@ -44,11 +44,21 @@ slots in file order and nothing is recovered), ``duplicate_history`` (the ranker
 agent twice: the file holds one history twice, kept once), ``unparseable_round`` (see
 :mod:`fastuq.importers.common`).
 
-Final answer. The agents whose histories the file keeps are the ones that speak in the last
-executed round (after pruning, the ranker's survivors), so ``final_answer`` is the majority
-of their last-round answers (ties to the lowest slot), never a vote that includes a pruned
-agent's answer recovered from a quote (``ParsedRecord.final_slots``; see
-:mod:`fastuq.importers.common`).
+Active agents (the canonical ``active`` column, ``[round][slot]``). DyLAN's ranker runs once
+the agents disagree after round 1: it ranks their round-1 answers and keeps 2 agents, whose
+round-1 answers then decide whether the run stops (*2 x 2*) or who answers round 2 (*2 x 3*).
+So in a pruned record (2 histories, or 1 when the ranker kept one agent twice) round 0 has
+all 4 agents active and every later round only the survivors (the slots of the kept
+histories), the pruned agents inactive even where their round-1 answers were recovered from
+quotes. Every other record has all 4 agents active in every round (an agent that was never
+asked, such as agent 3 of a *3 x 1* record, is still in the team; it just casts no vote).
+
+Final answer: :func:`fastuq.signals.final_answer_slot` on the last round, the majority of the
+active agents that speak there (ties to the lowest slot; see
+:mod:`fastuq.importers.common`): for a pruned record the survivors' answers, never a vote
+that includes a pruned agent's recovered answer. This is the answer DyLAN's code stops on
+(its consensus check and the stored histories are the survivors'), and the answer replay
+gives at the last round from the same ``active`` column.
 
 Columns: the canonical ones (``protocol`` "dylan", ``n_agents`` 4), plus ``question`` (the
 problem text), ``subject`` and ``level``. ``trajectory_id`` is ``<file stem>:<index>``, the
@@ -173,8 +183,10 @@ def _parse_record(path: Path, index: int, key: str, value, recover: bool) -> Par
             if texts[t][j] is None:
                 texts[t][j] = text
         flags.append("from_prompts")
+    pruned = n_rounds >= 2 and n_hist <= 2  # the ranker ran after round 1
+    active = [[True] * TEAM_SIZE if t == 0 or not pruned
+              else [k in slots for k in range(TEAM_SIZE)] for t in range(n_rounds)]
     if "slots_by_order" not in flags and n_rounds >= 2:
-        pruned = n_hist <= 2
         for t in range(n_rounds):
             full = t < 2 and (pruned or t < n_rounds - 1)
             speakers = range(TEAM_SIZE) if full else slots
@@ -190,7 +202,7 @@ def _parse_record(path: Path, index: int, key: str, value, recover: bool) -> Par
         texts=texts,
         flags=flags,
         extra={"subject": subject if isinstance(subject, str) else None, "level": level},
-        final_slots=sorted(slots),
+        active=active,
     )
 
 

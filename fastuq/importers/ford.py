@@ -22,6 +22,10 @@ File format: JSON Lines, one debate per line, an object with
   ``R[0]`` and ``R[1]``): a choice letter, ``"yes"`` / ``"no"``, or ``"None"`` / ``null``
   when FORD could not parse the turn;
 * ``M``: the model of each turn, aligned with ``P`` (``"system"`` twice, then the speakers).
+  A name is metadata, not an identity: in FORD's ``debate_chatgpt_chatgpt0301`` output some
+  records name the speakers ``chatgpt``, ``davinci`` in round 0 and ``chatgpt``,
+  ``chatgpt0301`` in the later turns (``round4_chatgpt0301/anli_agreed.jsonl``): the
+  second debater is renamed mid-debate.
 
 A debate starts with one turn per agent (round 0), then the agents take turns in the same
 order until the last two turns agree or the turn budget runs out; a file of
@@ -33,17 +37,30 @@ record imported from an intermediate ``*_candidate.jsonl`` file appears again, w
 turns, in a later file.
 
 Canonical record: ``n_agents`` = the agents of round 0 (2, or the round table's size);
-round ``t`` is turns ``t*n .. t*n + n - 1``, turn ``j`` sitting in slot ``j % n`` (the
-``M`` column is checked against that order when the round-0 speakers have distinct names).
-The last round is partial when the debate stopped mid-round: its missing nodes are null.
+round ``t`` is turns ``t*n .. t*n + n - 1``, turn ``j`` sitting in slot ``j % n``: the slot
+order (the order of the turns) decides who an agent is, whatever ``M`` calls it. The last
+round is partial when the debate stopped mid-round: its missing nodes are null.
 ``answers`` are ``P`` (:func:`~fastuq.importers.common.short_label`: ``"None"`` is null,
-letters upper-case, ``yes`` / ``no`` lower-case); ``texts`` the turns' contents. The final
-answer follows ``process_final.py``: the majority of all the turns' parsed answers, ties to
-the answer stated first (``final_rule="all_rounds"``); a debate that ended in agreement
-gives the agreed answer. ``reference`` is the letter of ``A`` (or its yes / no).
-``question`` is ``Q`` and the choices; ``trajectory_id`` is ``<file>:<line index>``, the file
-named by its path below the folder the import's files share (``round0/copa_agreed:3``); the
-extra column ``agents`` holds the round-0 speakers' model names.
+letters upper-case, ``yes`` / ``no`` lower-case); ``texts`` the turns' contents.
+``reference`` is the letter of ``A`` (or its yes / no). ``question`` is ``Q`` and the
+choices; ``trajectory_id`` is ``<file>:<line index>``, the file named by its path below the
+folder the import's files share (``round0/copa_agreed:3``). The extra column ``agents``
+holds slot ``k``'s name in round 0 (``M``); a record in which a later turn of slot ``k``
+carries another name gets the flag ``agent_renamed`` (the names are kept as metadata only).
+
+Final answer: FORD's own rule (``process_final.py``; ``final_rule="all_rounds"``), the most
+frequent parsed answer over **every turn of the debate** (all rounds, both or all agents);
+turns whose answer did not parse cast no vote; of answers tied on the count, the one stated
+first (in turn order) wins; ``None`` (so ``correct`` false) when no turn parses. FORD writes
+this as ``max(candidates, key=candidates.count)`` over ``P`` without its ``"None"``
+entries; the importer differs only in spelling: it compares the labels of
+:func:`~fastuq.importers.common.short_label` (``"No"`` and ``"no"`` are one answer, where
+FORD's string comparison makes them two) and a JSON ``null`` in ``P`` casts no vote (FORD's
+filter keeps it as a candidate that never matches the gold). It is **not** the answer the
+debate agreed on: a debate stops once two consecutive turns agree, and the earlier turns
+still vote, so turns ``A, B, A, C, C`` agree on ``C`` but FORD's rule gives ``A`` (two votes
+each, ``A`` stated first). Replay gives this ``final_answer`` at the last round
+(:mod:`fastuq.replay`), so its full-debate accuracy is FORD's.
 """
 
 from __future__ import annotations
@@ -123,17 +140,16 @@ def _parse_record(path: Path, name: str, index: int, rec: dict) -> ParsedRecord:
     if n_turns < n:
         raise fail(f"{n_turns} turns for {n} agents: round 0 is incomplete")
     names: list[str] | None = None
+    flags: list[str] = []
     M = rec.get("M")
     if M is not None:
         if not isinstance(M, list) or len(M) != len(P) or \
                 not all(isinstance(m, str) for m in M):
             raise fail("M must be a list of model names aligned with P")
         names = M[_PLACEHOLDERS:_PLACEHOLDERS + n]
-        if len(set(names)) == n:
-            for j, m in enumerate(M[_PLACEHOLDERS:]):
-                if m != names[j % n]:
-                    raise fail(f"M[{j + _PLACEHOLDERS}] is {m!r} where turn {j} of {n} agents "
-                               f"taking turns is {names[j % n]!r}")
+        # the slot order decides who speaks; a later name for a slot is metadata (a flag)
+        if any(m != names[j % n] for j, m in enumerate(M[_PLACEHOLDERS:])):
+            flags.append("agent_renamed")
     n_rounds = -(-n_turns // n)
     texts: list[list[str | None]] = [[None] * n for _ in range(n_rounds)]
     answers: list[list[str | None]] = [[None] * n for _ in range(n_rounds)]
@@ -151,6 +167,7 @@ def _parse_record(path: Path, name: str, index: int, rec: dict) -> ParsedRecord:
         n_agents=n,
         reference=parse_ford_gold(rec["A"]),
         texts=texts,
+        flags=flags,
         answers=answers,
         final_rule="all_rounds",
         extra={"agents": names},

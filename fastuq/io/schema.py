@@ -71,15 +71,19 @@ CANONICAL: pa.Schema = pa.schema(
         pa.field("step_q", _lst(_F64, 3)),
         pa.field("step_d", _lst(_F64, 3)),
         pa.field("predecessors", _lst(_I32, 3)),
+        pa.field("active", _lst(pa.bool_(), 2)),
         pa.field("flags", _lst(_STR)),
         pa.field("texts", _lst(_STR, 2)),
     ]
 )
-"""Every canonical column with its Arrow type (``texts``: ``[round][agent]`` response texts)."""
+"""Every canonical column with its Arrow type (``texts``: ``[round][agent]`` response texts;
+``active``: ``[round][agent]`` whether the agent is still in the team, e.g. DyLAN's ranker
+survivors; a null list or node means active, and a corpus without the column has every agent
+that speaks active)."""
 
 NODE_COLUMNS: tuple[str, ...] = (
     "answers", "seq_logprob", "n_tokens", "token_logprobs", "topk_logprobs", "belief",
-    "answer_logprob", "step_h", "step_q", "step_d", "predecessors", "texts",
+    "answer_logprob", "step_h", "step_q", "step_d", "predecessors", "texts", "active",
 )
 """Canonical columns indexed ``[round][agent]`` (possibly with deeper levels below)."""
 
@@ -228,6 +232,8 @@ def _strict_problems(name: str, arr: pa.Array) -> tuple[np.ndarray, object] | No
         if _castable_text(t):
             return _valid(arr), lambda i: f"must be true/false or 0/1, got {arr[i].as_py()!r}"
         return None  # other types do not cast at all: the cast names them
+    if name == "active":
+        return _active_problems(arr)
     if name == "n_agents":
         if pa.types.is_integer(t) or pa.types.is_null(t):
             return None
@@ -240,6 +246,51 @@ def _strict_problems(name: str, arr: pa.Array) -> tuple[np.ndarray, object] | No
         if _castable_text(t) or pa.types.is_boolean(t):
             return _valid(arr), lambda i: f"must be an integer, got {arr[i].as_py()!r}"
     return None
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+
+
+def _active_problems(arr: pa.Array) -> tuple[np.ndarray, object] | None:
+    """``active`` holds ``[round][agent]`` booleans; 0/1 integers are accepted, anything
+    else a plain cast would coerce (2 would become true, the text "no" false) is refused,
+    naming the round and the agent of the first bad value."""
+    t = arr.type
+    leaf = t
+    for _ in range(2):
+        if not _is_list(leaf):
+            return None  # not [round][agent]: the cast fails and names the types
+        leaf = leaf.value_type
+    if pa.types.is_boolean(leaf) or pa.types.is_null(leaf):
+        return None
+    if not (pa.types.is_integer(leaf) or pa.types.is_floating(leaf)):
+        return _valid(arr), lambda i: f"must be [round][agent] booleans, got {t}"
+    rounds = pc.list_flatten(arr)
+    leaves = pc.list_flatten(rounds)
+    v = leaves.to_numpy(zero_copy_only=False).astype(np.float64)  # nulls: NaN
+    bad_leaf = _valid(leaves) & (v != 0) & (v != 1)
+    if not bad_leaf.any():
+        return None
+    round_len, _ = _lengths(arr)
+    slot_len, _ = _lengths(rounds)
+    leaf_round = _parents(slot_len)
+    round_rec = _parents(round_len)
+    leaf_rec = round_rec[leaf_round]
+    bad = np.zeros(len(arr), bool)
+    bad[leaf_rec[bad_leaf]] = True
+    first = np.full(len(arr), -1, np.int64)
+    k_bad = np.flatnonzero(bad_leaf)[::-1]
+    first[leaf_rec[k_bad]] = k_bad  # the last write per record wins: its first bad value
+    round_start, leaf_start = _starts(round_len), _starts(slot_len)
+
+    def problem(i: int) -> str:
+        k = int(first[i])
+        r = int(leaf_round[k])
+        return (f"round {r - int(round_start[i])}, agent {k - int(leaf_start[r])}: must be "
+                f"true/false (or 0/1), got {v[k]:g}")
+
+    return bad, problem
 
 
 def _castable_text(t: pa.DataType) -> bool:
@@ -358,7 +409,9 @@ def validate(table: pa.Table, *, source: str | None = None, row0: int = 0,
     the table; every canonical column casts to its canonical type (``correct`` boolean or 0/1,
     ``n_agents`` an integer); ``n_agents`` is positive; no ``[agent]`` list of a node column
     is longer than the record's ``n_agents``; node columns of one record agree on the number
-    of rounds and, round by round, on the number of slots; ``agreement`` / ``token_entropy``
+    of rounds and, round by round, on the number of slots (``active`` included: it must be
+    ``[round][agent]`` booleans shaped like the other node columns); ``agreement`` /
+    ``token_entropy``
     have one value per round of the node columns, and the same length as each other, when both
     are present. A round-count mismatch names the shorter column.
 

@@ -35,12 +35,14 @@ from fastuq.io.arrow_lists import (
     starts,
 )
 from fastuq.io.pack import pack_offsets
+from fastuq.signals.final import final_answer_slot
 
 __all__ = [
     "LogprobStats",
     "add_signals",
     "agreement_from_answers",
     "answer_votes",
+    "final_answer_slot",
     "logprob_stats",
     "token_entropy_from_topk",
 ]
