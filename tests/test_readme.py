@@ -124,9 +124,6 @@ EXCLUDED: dict[str, str] = {
 #: Steps that fail today because of bugs other changes fix (strict xfail: remove the entry
 #: when the fix lands).
 XFAIL: dict[str, str] = {
-    "fastuq replay dylan.parquet --calls nodes --observation-noise 0.1":
-        "issue item 8: replay refuses --observation-noise as 'would be ignored' when its "
-        "default policies read no entropy (fixed on another branch)",
     "fastuq gate scored.parquet --score consistency --higher-passes":
         "issue item 8: gate --score consistency recomputes the score from texts (error: no "
         "column 'texts') instead of reading the corpus's consistency column (fixed on "
@@ -242,6 +239,7 @@ def base_folder(tmp_path_factory) -> Path:
             Path(name).write_bytes(gzip.compress(jsonl.encode()))
         _split(table, Path("corpus"), ("part-0.parquet", "part-1.parquet"))
         _split(table, Path("shards"), ("a.parquet", "b.parquet"))
+        shutil.copytree(DYLAN_LOGS, Path("path/to/exp/MATH/CoT"))
         _run(["import", "dylan", str(DYLAN_LOGS), "-o", "dylan.parquet"])
         _run(["score", "corpus.parquet", "-o", "scores.parquet", "--method", "all"])
         _run(["eval", "corpus.parquet", "--json", "eval.json"])
