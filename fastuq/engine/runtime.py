@@ -96,6 +96,7 @@ def device_split(n: int, width: int, devices: int) -> tuple[np.ndarray, int]:
     np.cumsum(counts, out=offsets[1:])
     return offsets, width // devices
 
+
 #: glibc malloc settings of :func:`tune_allocator`: blocks up to 32 MiB come from the heap,
 #: and up to 128 MiB of free memory stays at its top for reuse.
 MMAP_THRESHOLD = 32 << 20
