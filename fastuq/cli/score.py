@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 from contextlib import closing
@@ -68,8 +67,9 @@ def add_parser(sub) -> None:
                          "host or device; the scores are the same")
     sc.add_argument("--chunk-rows", type=positive_int, default=1 << 18,
                     help="records per chunk (bounds memory; default 262144)")
-    sc.add_argument("--cpu-devices", type=positive_int, default=os.cpu_count() or 1,
-                    help="XLA host devices to split the CPU into (default: one per core)")
+    sc.add_argument("--cpu-devices", type=positive_int, default=None,
+                    help="XLA host devices to split the CPU into (default: one per CPU this "
+                         "process may use: its CPU affinity, capped by its cgroup CPU quota)")
     cs.add_check(sc)
     cs.add_progress(sc)
 

@@ -331,10 +331,13 @@ def _put(*arrays: np.ndarray):
     return tuple(jax.device_put(a, device) for a in arrays)
 
 
-def _n_padded(n: int) -> int:
-    from fastuq.engine.runtime import bucket_size
+def _n_padded(n: int, t_max: int) -> int:
+    """The kernel's bucket for ``n`` trajectories of up to ``t_max`` rounds split over the
+    kernels' devices (what :func:`~fastuq.engine.runtime.run_bucketed` pads a ``[T, N]``
+    input to)."""
+    from fastuq.engine.runtime import bucket_size, local_devices
 
-    return bucket_size(n, KERNEL_CHUNK)
+    return bucket_size(n, KERNEL_CHUNK, devices=len(local_devices()), elements=t_max)
 
 
 def pack_flat(values: np.ndarray, offsets: np.ndarray, *, dtype: np.dtype | type,
@@ -365,7 +368,7 @@ def pack_flat(values: np.ndarray, offsets: np.ndarray, *, dtype: np.dtype | type
     if total >= np.iinfo(np.int32).max:
         raise ValueError(f"{total} values: too many for device packing (at most 2**31 - 1)")
     t_max = int(np.diff(offs).max()) if n else 0
-    n_padded = _n_padded(n)
+    n_padded = _n_padded(n, t_max)
     buf = _stage(np.asarray(values)[:total], _pow2(total), dtype)
     with x64_scope(dtype):
         v, o = _put(buf, _stage_offsets(offs, n_padded))
@@ -453,7 +456,8 @@ def agreement_from_codes(
         table = np.arange(width + 1, dtype=np.float64)[:, None] / np.arange(n_denoms)
     table[0] = 0.0
     table = table.astype(dtype).reshape(-1)
-    n_padded = _n_padded(n)
+    t_max = int(rounds.max()) if n else 0
+    n_padded = _n_padded(n, t_max)
     staged = (
         _stage(np.asarray(codes), _pow2(total), np.int32, fill=-1),
         _stage_offsets(offsets_of(slots), _pow2(n_rounds)),
@@ -462,7 +466,6 @@ def agreement_from_codes(
         _stage(np.asarray(known, bool), n_padded, bool, fill=False),
         table,
     )
-    t_max = int(rounds.max()) if n else 0
     with x64_scope(dtype):
         args = _put(*staged)
         agreement, mask, best, flags = _jitted("codes")(

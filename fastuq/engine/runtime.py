@@ -6,13 +6,18 @@ JAX is imported lazily, only by the functions that need it.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import re
 import sys
+import warnings
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 
-__all__ = ["DEVICES", "bucket_size", "device_scope", "local_devices", "tune_allocator",
+__all__ = ["DEVICES", "available_cpus", "bucket_size", "cgroup_cpu_limit", "device_scope",
+           "device_split", "local_devices", "record_splits", "tune_allocator",
            "use_cpu_devices", "x64_scope"]
 
 #: What ``device=`` / ``--device`` accept: ``"auto"`` (JAX's default backend: a GPU when
@@ -20,16 +25,76 @@ __all__ = ["DEVICES", "bucket_size", "device_scope", "local_devices", "tune_allo
 DEVICES = ("auto", "cpu", "gpu")
 _PLATFORM: list[str | None] = [None]  # the platform of device_scope (None: JAX's default)
 
-#: Smallest padded batch: below this, padding costs nothing worth saving.
+#: Smallest padded batch of small trajectories: below this, padding costs nothing worth
+#: saving.
 MIN_BUCKET = 1024
+#: The padded work (trajectories x elements per trajectory, e.g. rounds x agent slots) that
+#: costs nothing worth saving: :data:`MIN_BUCKET` trajectories of up to 64 elements. Larger
+#: trajectories get a smaller least bucket (:func:`min_bucket`), so that a handful of long
+#: debates of large teams does not pay for 1,024.
+MIN_BUCKET_ELEMENTS = MIN_BUCKET * 64
 
 
-def bucket_size(n: int, chunk_size: int) -> int:
-    """The padded batch size for ``n`` trajectories: the next power of two, at least
-    ``MIN_BUCKET`` and at most ``chunk_size`` (a multiple of the device count)."""
+def _pow2(n: int) -> int:
+    """The next power of two ``>= n`` (1 for ``n <= 1``)."""
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def min_bucket(elements: int = 1) -> int:
+    """The least padded batch for trajectories of ``elements`` elements each (the largest
+    per-trajectory size of a kernel's inputs: rounds x agent slots, ...): the largest power
+    of two whose padded work stays within :data:`MIN_BUCKET_ELEMENTS`, at most
+    :data:`MIN_BUCKET` and at least 1."""
+    per = max(1, int(elements))
+    if per > MIN_BUCKET_ELEMENTS:
+        return 1
+    return min(MIN_BUCKET, 1 << ((MIN_BUCKET_ELEMENTS // per).bit_length() - 1))
+
+
+def bucket_size(n: int, chunk_size: int, *, devices: int = 1, elements: int = 1) -> int:
+    """The padded batch size for a chunk of ``n`` trajectories.
+
+    The next power of two ``>= n``, at least :func:`min_bucket` of ``elements`` (1,024 for
+    small trajectories, fewer for long debates of large teams: padding is bounded by the
+    work) and at most ``chunk_size``; then rounded up to a multiple of ``devices``, so that
+    every device takes an equal slice. Each power of two gives one width per device count:
+    a kernel compiles once per bucket.
+
+    Args:
+      n: trajectories in the chunk; chunk_size: the largest chunk.
+      devices: devices the batch is split over (>= 1).
+      elements: elements per trajectory of the largest input (e.g. ``T * A``).
+    """
+    devices = int(devices)
+    if devices < 1:
+        raise ValueError(f"devices must be >= 1, got {devices}")
     if n >= chunk_size:
-        return chunk_size
-    return max(MIN_BUCKET, 1 << max(0, int(n - 1).bit_length()))
+        base = chunk_size
+    else:
+        base = min(chunk_size, max(min_bucket(elements), _pow2(n)))
+    return -(-base // devices) * devices
+
+
+def device_split(n: int, width: int, devices: int) -> tuple[np.ndarray, int]:
+    """How :func:`run_bucketed` lays ``n`` trajectories out in a batch padded to ``width``
+    (a multiple of ``devices``) split over ``devices``: device ``k`` scores the slice
+    ``[k * s, (k + 1) * s)`` (``s = width // devices``), whose first rows are the
+    trajectories ``offsets[k]:offsets[k + 1]`` and the rest padding. The trajectories are
+    dealt out evenly (``n // devices`` or one more each), so every device scores some
+    whenever ``n >= devices``.
+
+    Returns:
+      ``(offsets [devices + 1], s)``.
+    """
+    if devices < 1 or width % devices or n > width:
+        raise ValueError(f"cannot split {n} trajectories padded to {width} over {devices} "
+                         "devices")
+    base, extra = divmod(n, devices)
+    counts = np.full(devices, base, np.int64)
+    counts[:extra] += 1
+    offsets = np.zeros(devices + 1, np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return offsets, width // devices
 
 
 #: glibc malloc settings of :func:`tune_allocator`: blocks up to 32 MiB come from the heap,
@@ -102,24 +167,140 @@ def release_memory() -> None:
             pass
 
 
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def _cpu_max(directory: Path) -> float | None:
+    """cgroup v2 ``cpu.max`` (``"QUOTA PERIOD"`` or ``"max PERIOD"``) in CPUs; ``None``
+    where there is no limit, no file or it does not parse."""
+    text = _read(directory / "cpu.max")
+    parts = text.split() if text else []
+    if len(parts) != 2 or parts[0] == "max":
+        return None
+    try:
+        quota, period = int(parts[0]), int(parts[1])
+    except ValueError:
+        return None
+    return quota / period if quota > 0 and period > 0 else None
+
+
+def _cfs_quota(directory: Path) -> float | None:
+    """cgroup v1 ``cpu.cfs_quota_us / cpu.cfs_period_us`` in CPUs; ``None`` where there is
+    no limit (quota -1), no file or it does not parse."""
+    quota, period = _read(directory / "cpu.cfs_quota_us"), _read(directory / "cpu.cfs_period_us")
+    try:
+        q, t = int((quota or "").strip()), int((period or "").strip())
+    except ValueError:
+        return None
+    return q / t if q > 0 and t > 0 else None
+
+
+def _walk_limits(base: Path, path: str, read) -> list[float]:
+    """The limits ``read`` finds in the process's cgroup directory under the hierarchy
+    mounted at ``base`` and in every ancestor up to ``base`` (a child cannot use more than
+    its parents allow). Where the process's path is not visible under ``base`` (a
+    container's own cgroup mounted as the root), ``base`` alone."""
+    rel = [part for part in path.strip().split("/") if part and part not in (".", "..")]
+    directory = base.joinpath(*rel)
+    if not directory.is_dir():
+        directory = base
+    found = []
+    while True:
+        limit = read(directory)
+        if limit is not None:
+            found.append(limit)
+        if directory == base:
+            return found
+        directory = directory.parent
+
+
+def cgroup_cpu_limit(root: str | os.PathLike = "/sys/fs/cgroup",
+                     self_cgroup: str | os.PathLike = "/proc/self/cgroup") -> float | None:
+    """The CPU quota of this process's cgroup, in CPUs (e.g. 1.5), or ``None`` without one.
+
+    Reads cgroup v2 ``cpu.max`` (a unified hierarchy at ``root``, or at ``root/unified`` on
+    a hybrid system) and cgroup v1 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` (the ``cpu``
+    controller's hierarchy under ``root``), in the process's cgroup (from ``self_cgroup``)
+    and its ancestors, and returns the smallest. Unreadable or malformed files count as no
+    limit.
+    """
+    root = Path(root)
+    v2_path, v1_path = "/", "/"
+    for line in (_read(Path(self_cgroup)) or "").splitlines():
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hierarchy == "0" and controllers == "":
+            v2_path = path
+        elif "cpu" in controllers.split(","):
+            v1_path = path
+    limits: list[float] = []
+    for base in (root, root / "unified"):
+        if (base / "cgroup.controllers").is_file():
+            limits += _walk_limits(base, v2_path, _cpu_max)
+            break
+    for name in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
+        base = root / name
+        if (base / "cpu.cfs_quota_us").is_file():
+            limits += _walk_limits(base, v1_path, _cfs_quota)
+            break
+    return min(limits) if limits else None
+
+
+def available_cpus(root: str | os.PathLike = "/sys/fs/cgroup",
+                   self_cgroup: str | os.PathLike = "/proc/self/cgroup") -> int:
+    """The CPUs this process may use: the CPUs of its affinity mask
+    (``os.sched_getaffinity``; ``os.cpu_count()`` where the platform has none), capped by
+    its cgroup CPU quota (:func:`cgroup_cpu_limit`, rounded up: a quota of 1.5 CPUs lets
+    two threads run 75% of the time each); at least 1. Never the host's core count alone:
+    a container limited to 2 CPUs on a 64-core host gets 2."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    quota = cgroup_cpu_limit(root, self_cgroup)
+    if quota is not None:
+        cpus = min(cpus, math.ceil(quota))
+    return max(1, cpus)
+
+
+_DEVICE_COUNT_FLAG = re.compile(r"--xla_force_host_platform_device_count=(\d+)")
+
+
+def default_cpu_devices() -> int:
+    """The XLA host devices fastuq uses when not told: the count of
+    ``--xla_force_host_platform_device_count`` in ``XLA_FLAGS`` where set (the user chose),
+    else :func:`available_cpus`."""
+    match = _DEVICE_COUNT_FLAG.findall(os.environ.get("XLA_FLAGS", ""))
+    if match and int(match[-1]) >= 1:
+        return int(match[-1])
+    return available_cpus()
+
+
 def use_cpu_devices(n: int | None = None, *, strict: bool = True) -> int:
-    """Split the host CPU into ``n`` XLA devices (default: one per core), so that fastuq's
-    kernels shard each batch across them and use every core.
+    """Split the host CPU into ``n`` XLA devices (default: :func:`default_cpu_devices`, one
+    per CPU this process may use), so that fastuq's kernels shard each batch across them and
+    use every core.
 
     XLA's CPU backend runs one fused loop on one thread; with several host devices and the
-    batch sharded across them, each device runs on its own core. This must be called before
-    JAX creates its CPU backend (before the first JAX computation in the process); it is the
-    same as setting ``XLA_FLAGS=--xla_force_host_platform_device_count=n`` or
+    batch sharded across them, each device runs on its own core. Any count works: each
+    batch is padded to a multiple of it. This must be called before JAX creates its CPU
+    backend (before the first JAX computation in the process); it is the same as setting
+    ``XLA_FLAGS=--xla_force_host_platform_device_count=n`` or
     ``jax.config.update("jax_num_cpu_devices", n)`` yourself.
 
     Returns:
       the number of CPU devices JAX will use.
 
     Raises:
+      ValueError: ``n < 1``.
       RuntimeError: JAX's backend already exists with a different device count (with
         ``strict=False`` the existing backend is kept and its device count returned).
     """
-    n = int(n or os.cpu_count() or 1)
+    n = default_cpu_devices() if n is None else int(n)
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     import jax
@@ -224,17 +405,125 @@ def _mesh(devices: tuple):
     return _MESHES[devices]
 
 
-def _pad_axis(x: np.ndarray, axis: int, width: int, fill) -> np.ndarray:
-    size = x.shape[axis]
+def _block(axis: int, ndim: int, lo: int, hi: int) -> tuple:
+    index = [slice(None)] * ndim
+    index[axis] = slice(lo, hi)
+    return tuple(index)
+
+
+def _contiguous(offsets: np.ndarray, s: int) -> bool:
+    """Whether the layout of :func:`device_split` puts every trajectory at its own index
+    (every device that scores some starts at its slice's start): padding only at the end."""
+    counts = np.diff(offsets)
+    return bool(np.all((counts == 0) | (offsets[:-1] == np.arange(len(counts)) * s)))
+
+
+def _pad_split(x: np.ndarray, axis: int, start: int, offsets: np.ndarray, s: int,
+               fill) -> np.ndarray:
+    """Trajectories ``start + offsets[0] .. start + offsets[-1]`` of ``x`` laid out on
+    ``axis`` as :func:`device_split` says (device ``k``'s slice: its trajectories, then
+    ``fill``)."""
+    devices = len(offsets) - 1
+    width, size = devices * s, int(offsets[-1])
+    part = x[_block(axis, x.ndim, start, start + size)]
     if size == width:
-        return np.ascontiguousarray(x)
+        return np.ascontiguousarray(part)
     shape = list(x.shape)
     shape[axis] = width
     padded = np.full(shape, fill, x.dtype)
-    index = [slice(None)] * x.ndim
-    index[axis] = slice(0, size)
-    padded[tuple(index)] = x
+    if _contiguous(offsets, s):
+        padded[_block(axis, x.ndim, 0, size)] = part
+        return padded
+    for k in range(devices):  # one block copy per device
+        lo, hi = int(offsets[k]), int(offsets[k + 1])
+        padded[_block(axis, x.ndim, k * s, k * s + hi - lo)] = part[_block(axis, x.ndim, lo, hi)]
     return padded
+
+
+def _split_device(padded, axis: int, offsets: np.ndarray, s: int):
+    """A device-packed input (trajectories first, padding after: :mod:`device_pack`) laid
+    out as :func:`device_split` says, by a gather on its device."""
+    if _contiguous(offsets, s):
+        return padded
+    import jax.numpy as jnp
+
+    n = int(offsets[-1])  # < width here, so row n is padding
+    index = np.full(padded.shape[axis], n, np.int32)
+    for k in range(len(offsets) - 1):
+        lo, hi = int(offsets[k]), int(offsets[k + 1])
+        index[k * s:k * s + hi - lo] = np.arange(lo, hi)
+    return jnp.take(padded, index, axis=axis)
+
+
+def _elements(batched) -> int:
+    """Elements per trajectory of the largest batched input (rounds x agent slots, ...)."""
+    most = 1
+    for x, axis, _ in batched:
+        shape = tuple(x.shape)
+        if shape:
+            most = max(most, math.prod(shape[:axis] + shape[axis + 1:]))
+    return most
+
+
+_UNSPLIT_WARNED = [False]
+
+
+def _warn_unsplit(n: int, devices: int) -> None:
+    """Say once per process that a chunk has fewer trajectories than devices."""
+    if _UNSPLIT_WARNED[0]:
+        return
+    _UNSPLIT_WARNED[0] = True
+    warnings.warn(
+        f"a chunk of {n} trajector{'y' if n == 1 else 'ies'} cannot be split over {devices} "
+        f"devices: each trajectory is scored whole by one device, which leaves {devices - n} "
+        "of them with padding only (the scores are the same; said once per process)",
+        RuntimeWarning, stacklevel=3)
+
+
+_RECORDERS: list[list[dict]] = []
+
+
+@contextlib.contextmanager
+def record_splits() -> Iterator[list[dict]]:
+    """Record how every kernel call inside the block is split over the devices (for tests
+    and diagnostics; it reads the placed inputs back, so it costs a transfer per call).
+
+    Yields a list that gets one dict per chunk: ``estimator`` (the registry's name, where
+    the kernel is one), ``n`` (trajectories), ``width`` (the
+    padded batch), ``devices`` (device ids, mesh order), ``trajectories`` (per device, the
+    count :func:`device_split` dealt it) and ``scored`` (per device, the rows of its shard
+    of the kernel's boolean inputs, the round and node masks, with any valid entry: read
+    from the arrays as placed on the devices; ``None`` when the kernel takes no mask).
+    """
+    log: list[dict] = []
+    _RECORDERS.append(log)
+    try:
+        yield log
+    finally:
+        _RECORDERS.remove(log)
+
+
+def _record(args: list, axes: tuple, devices: list, size: int, width: int,
+            offsets: np.ndarray, estimator: str | None) -> None:
+    scored: dict[int, np.ndarray] = {}
+    for x, axis in zip(args, axes, strict=True):
+        if axis is None or np.dtype(x.dtype) != np.bool_:
+            continue
+        shards = (x.addressable_shards if hasattr(x, "addressable_shards")
+                  else [type("Shard", (), {"device": devices[0], "data": x})()])
+        for shard in shards:
+            data = np.asarray(shard.data)
+            other = tuple(i for i in range(data.ndim) if i != axis)
+            rows = data.any(axis=other) if other else data
+            key = shard.device.id
+            scored[key] = rows if key not in scored else scored[key] | rows
+    entry = {
+        "estimator": estimator, "n": size, "width": width, "devices": [d.id for d in devices],
+        "trajectories": np.diff(offsets).tolist(),
+        "scored": [int(scored[d.id].sum()) for d in devices] if scored else None,
+    }
+    for log in _RECORDERS:
+        log.append(entry)
 
 
 def run_bucketed(
@@ -245,7 +534,16 @@ def run_bucketed(
     chunk_size: int = 1 << 20,
     **kwargs,
 ) -> dict[str, np.ndarray]:
-    """Run a jitted kernel over ``n`` trajectories in bucket-sized chunks.
+    """Run a jitted kernel over ``n`` trajectories in bucket-sized chunks, each split over
+    every local device.
+
+    Each chunk is padded to :func:`bucket_size` (a power of two bounded by the work,
+    rounded up to a multiple of the device count) and its trajectories dealt out evenly
+    over the devices (:func:`device_split`), every device scoring its own slice
+    (:func:`per_device`). Each trajectory is scored whole, by the same code whatever its
+    slice, so the chunking, the padding and the number of devices change no bit of a
+    score. A chunk of fewer trajectories than devices leaves some devices with padding
+    only; it runs all the same, with a warning (once per process).
 
     Args:
       fn: ``fn(*arrays, **kwargs) -> dict name -> array`` whose outputs carry the batch on
@@ -255,8 +553,8 @@ def run_bucketed(
         :class:`~fastuq.engine.device_pack.DeviceArray` already padded to the bucket (any
         other is brought to the host, unpadded, and padded as a NumPy array).
       n: trajectories; dtype: the float dtype (float64 runs under a scoped x64).
-      chunk_size: largest chunk (a power of two); smaller ones are padded to a power of two
-        of at least ``MIN_BUCKET``, so ``fn`` compiles once per bucket.
+      chunk_size: largest chunk; smaller ones are padded to a power of two of at least
+        :func:`min_bucket`, so ``fn`` compiles once per bucket.
 
     Returns:
       dict name -> NumPy array with the batch axis of length ``n``.
@@ -265,35 +563,46 @@ def run_bucketed(
 
     from fastuq.engine.device_pack import DeviceArray
 
+    devices = local_devices()
+    ndev = len(devices)
+    elements = _elements(batched)
+    fixed = None
     if n <= chunk_size:  # one bucket: device-packed inputs of that width go as they are
-        width = bucket_size(n, chunk_size)
+        # The device packer chose their bucket already: the other inputs follow it.
+        packed = {x.padded.shape[x.axis] for x, _, _ in batched
+                  if isinstance(x, DeviceArray) and x.n == n}
+        if len(packed) == 1 and (w := packed.pop()) >= n and w % ndev == 0:
+            fixed = w
+        width = fixed or bucket_size(n, chunk_size, devices=ndev, elements=elements)
         batched = [(x if not isinstance(x, DeviceArray) or x.fits(n, width) else np.asarray(x),
                     axis, fill) for x, axis, fill in batched]
     else:
         batched = [(np.asarray(x) if isinstance(x, DeviceArray) else x, axis, fill)
                    for x, axis, fill in batched]
+    axes = tuple(None if x.ndim == 0 else axis for x, axis, _ in batched)
     out: dict[str, np.ndarray] = {}
     with x64_scope(dtype):
         for start in range(0, max(n, 1), chunk_size):
             stop = min(n, start + chunk_size)
             size = stop - start
-            width = bucket_size(size, chunk_size)
+            width = fixed or bucket_size(size, chunk_size, devices=ndev, elements=elements)
+            offsets, s = device_split(size, width, ndev)
+            if 0 < size < ndev:
+                _warn_unsplit(size, ndev)
             args = []
             for x, axis, fill in batched:
                 if isinstance(x, DeviceArray):
-                    part = x.padded
+                    part = _split_device(x.padded, axis, offsets, s)
                 elif x.ndim == 0:
                     args.append(x)
                     continue
                 else:
-                    index = [slice(None)] * x.ndim
-                    index[axis] = slice(start, stop)
-                    part = _pad_axis(x[tuple(index)], axis, width, fill)
+                    part = _pad_split(x, axis, start, offsets, s, fill)
                 sharding = batch_sharding(width, part.ndim, axis)
                 args.append(part if sharding is None else jax.device_put(part, sharding))
-            ndev = len(local_devices())
-            if ndev > 1 and width % ndev == 0:
-                axes = tuple(None if x.ndim == 0 else axis for x, axis, _ in batched)
+            if _RECORDERS:
+                _record(args, axes, devices, size, width, offsets, kwargs.get("estimator"))
+            if ndev > 1:
                 res = per_device(fn, axes, **kwargs)(*args)
             else:
                 res = fn(*args, **kwargs)
@@ -304,11 +613,14 @@ def run_bucketed(
                     shape = list(value.shape)
                     shape[axis] = n
                     out[name] = np.empty(shape, value.dtype)
-                index = [slice(None)] * value.ndim
-                index[axis] = slice(start, stop)
-                take = [slice(None)] * value.ndim
-                take[axis] = slice(0, size)
-                out[name][tuple(index)] = value[tuple(take)]
+                if _contiguous(offsets, s):
+                    out[name][_block(axis, value.ndim, start, stop)] = (
+                        value[_block(axis, value.ndim, 0, size)])
+                    continue
+                for k in range(ndev):  # one block copy per device
+                    lo, hi = int(offsets[k]), int(offsets[k + 1])
+                    out[name][_block(axis, value.ndim, start + lo, start + hi)] = (
+                        value[_block(axis, value.ndim, k * s, k * s + hi - lo)])
     return out
 
 

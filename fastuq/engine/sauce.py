@@ -253,8 +253,10 @@ def sauce_batch(
         float64 runs under a scoped ``jax.enable_x64`` and leaves global config alone.
       trajectory_ids: names used in error messages (default: the trajectory index).
       chunk_size: the largest batch handed to the JAX kernel at once (a power of two).
-        Smaller batches are padded to a power of two (at least 1024) so that the kernel
-        compiles once per bucket, not once per batch size.
+        Smaller batches are padded to a power of two (at least 1024 for short trajectories,
+        fewer for long ones: :func:`fastuq.engine.runtime.bucket_size`), then to a multiple
+        of the device count, so that the kernel compiles once per bucket, not once per
+        batch size.
       device: ``"cpu"``, ``"gpu"`` or ``"auto"``/``None`` (JAX's default backend: a GPU
         when there is one) for the JAX kernel.
 
