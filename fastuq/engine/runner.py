@@ -117,7 +117,10 @@ def prepare_estimator(
     optional = {name: INPUTS[name].build(ctx) for name in est.optional_inputs}
     overrides = {p.name: params.get(p.name) for p in est.kernel_params}
     protos = None
-    if est.presets and any(v is None or isinstance(v, Mapping) for v in overrides.values()):
+    if any(isinstance(v, Mapping) for v in overrides.values()) or (
+            est.presets and any(v is None for v in overrides.values())):
+        # a per-protocol override is read by protocol whether or not the estimator has
+        # presets (without them, it was ignored and the default used)
         protos = batch.protocol(protocol)
     values = est.param_values(batch.n, protos, overrides, batch.dtype, batch.labels)
     return inputs, optional, values
