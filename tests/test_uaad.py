@@ -191,3 +191,25 @@ def test_score_prefers_step_columns_and_checks_their_rounds():
     partial = table.drop(["step_d"])
     with pytest.raises(ValueError, match="missing step_d"):
         fastuq.score(partial, methods=["uaad"])
+
+
+@pytest.mark.parametrize("given, match", [
+    (["risk_low=0.7", "risk_high=0.3"], "risk_low must be below risk_high"),
+    (["risk_low=0.7"], "risk_low must be below risk_high"),  # against the default .62
+    (["agents_low=2.5"], "agents_low must be a whole number"),
+    (["w_h=1"], "weights must sum to 1"),
+])
+def test_cli_parameter_errors_exit_2_before_reading(tmp_path, capsys, given, match):
+    import pyarrow.parquet as pq
+
+    from fastuq.cli import main
+
+    src = tmp_path / "c.parquet"
+    pq.write_table(_debate(), src)
+    out = tmp_path / "o.parquet"
+    args = ["score", str(src), "--method", "uaad", "-o", str(out)]
+    for g in given:
+        args += ["--param", g]
+    assert main(args) == 2
+    assert match in capsys.readouterr().err
+    assert not out.exists()

@@ -578,16 +578,49 @@ def takers(param: str) -> list[str]:
 
 
 def check_params(params: Mapping[str, object], methods=None) -> None:
-    """Refuse estimator parameters that would be ignored.
+    """Refuse estimator parameters that would be ignored or that no run could use, before
+    any record is read.
 
     Args:
-      params: parameter name -> value (``None`` values are not given and not checked).
-      methods: the estimators that will run (``None``: not known yet, only names are checked).
+      params: parameter name -> value (``None`` values are not given and not checked); a
+        value is a scalar, or a mapping protocol -> scalar (each checked), or an array (one
+        per trajectory, checked when it is scored).
+      methods: the estimators that will run (``None``: not known yet; the values are
+        checked against every estimator that takes them).
 
     Raises:
       TypeError: a name no estimator takes (naming it, a close match, and the known ones).
-      ValueError: a parameter none of ``methods`` takes (naming the estimators that do).
+      ValueError: a parameter none of ``methods`` takes (naming the estimators that do); a
+        value outside its parameter's range; scalar values that do not fit together under
+        an estimator's ``constraints`` (the others at their defaults), e.g. UAAD's
+        ``risk_low >= risk_high`` or weights that do not sum to 1.
     """
+    _check_names(params, methods)
+    runs = [est for name, est in _REGISTRY.items() if methods is None or name in methods]
+    for est in runs:
+        scalars: dict[str, Any] = {}
+        for p in est.params:
+            value = params.get(p.name)
+            if value is None:
+                if p.default is not None:
+                    scalars[p.name] = p.default
+                continue
+            if isinstance(value, Mapping):
+                for proto, v in value.items():
+                    try:
+                        p.check(v)
+                    except ValueError as exc:
+                        raise ValueError(f"{exc} (protocol {proto!r})") from None
+            elif np.ndim(value) == 0:  # type: ignore[arg-type]
+                scalars[p.name] = p.check(value)
+        if est.constraints is not None:
+            given = {k for k, v in params.items() if v is not None and k in est.param_names}
+            if given:  # the defaults alone are the estimator's own business
+                est.constraints(scalars, None)
+
+
+def _check_names(params: Mapping[str, object], methods) -> None:
+    """The name checks of :func:`check_params`."""
     import difflib
 
     known = sorted({p for est in _REGISTRY.values() for p in est.param_names})
