@@ -415,3 +415,52 @@ def test_only_requested_fields_are_returned_and_unknown_fields_raise():
         U.umas_scan(jnp.asarray(conf, jnp.float32), jnp.asarray(mask), fields=("nope",))
     with pytest.raises(ValueError, match="unknown UMAS output fields"):
         U.umas_scan_numpy(conf, mask, fields=("nope",))
+
+
+def test_ten_thousand_agents_are_refused_with_the_memory_they_would_need(tmp_path, capsys):
+    """10,000 agents used to end in XLA's RESOURCE_EXHAUSTED (2.2 TB); the runner now
+    refuses before allocating, naming the bytes of the [N, A, A] per-round array."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import fastuq
+    from fastuq.cli import main
+    from fastuq.engine.runtime import (
+        MIN_BUCKET,
+        device_memory_bytes,
+        local_devices,
+        use_cpu_devices,
+    )
+
+    use_cpu_devices(strict=False)
+    a = 10_000
+    rng = np.random.default_rng(0)
+    table = pa.table({"trajectory_id": ["t"], "protocol": ["debate"], "n_agents": [a],
+                      "seq_logprob": [[(-rng.random(a)).tolist(), (-rng.random(a)).tolist()]]})
+    # by hand: one trajectory padded to the smallest bucket, split over the devices; the
+    # agent axis padded to the next power of two (16,384); float64 on the default CPU run
+    ndev = len(local_devices())
+    rows = MIN_BUCKET // ndev if MIN_BUCKET % ndev == 0 and ndev > 1 else MIN_BUCKET
+    itemsize = 4 if local_devices()[0].platform != "cpu" else 8
+    need = rows * 16_384 * 16_384 * itemsize
+    if device_memory_bytes() is None or need <= device_memory_bytes():
+        pytest.skip("this device would hold the array")
+    with pytest.raises(ValueError, match=rf"umas: 1 trajectory of 16,384 agent slots need "
+                                         rf"about .* GiB \({need:,} bytes\).*\[N, A, A\] = "
+                                         rf"\[{rows}, 16384, 16384\]"):
+        fastuq.score(table, "umas")
+    path = tmp_path / "wide.parquet"
+    pq.write_table(table, path)
+    assert main(["score", str(path), "--method", "umas", "-o", str(tmp_path / "s.parquet")]
+                ) == 1
+    assert "refused before allocating it" in capsys.readouterr().err
+
+
+def test_largest_array_by_hand():
+    # up to 16 slots the inputs [T, N, A] are the largest; beyond, [min(N, BLOCK), A, A]
+    assert U.largest_array(3, 1024, 16, np.float32)[0] == 3 * 1024 * 16 * 4
+    assert U.largest_array(3, 1024, 32, np.float64)[0] == 1024 * 32 * 32 * 8
+    assert U.largest_array(1, 1 << 20, 32, np.float32)[0] == U.BLOCK * 32 * 32 * 4
+    assert U.largest_array(3, 1 << 20, 32, np.float32, backend="numpy")[0] == \
+        (1 << 20) * 32 * 32 * 4
+    assert U.largest_array(400, 8, 64, np.float64)[0] == 400 * 8 * 64 * 8  # inputs win

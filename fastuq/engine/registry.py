@@ -153,6 +153,11 @@ class Estimator:
     presets: protocol -> parameter values (used for parameters the caller does not give).
     outputs: output columns (default: the name); a kernel with several returns a dict.
     description: one line for ``--help`` and tables.
+    memory: ``memory(shapes, dtype, backend)`` -> ``(bytes, what)``: the largest array its
+      kernel (``backend="jax"``, ``shapes`` the inputs' shapes as one device gets them,
+      padded) or twin (``"numpy"``) allocates, as ``"module:function"`` or a callable; the
+      runner refuses a chunk whose array would not fit in the device's memory before
+      allocating it (``None``: no estimate).
     constraints: ``constraints(values, ids)`` -> None, raising ValueError where parameters
       that are each within their bounds do not fit together (UAAD: the weights sum to 1,
       ``risk_low < risk_high``). Called with the checked packing parameters (``ids``
@@ -172,6 +177,7 @@ class Estimator:
     outputs: tuple[str, ...] = ()
     description: str = ""
     constraints: Callable[[Mapping[str, Any], Sequence[str] | None], None] | None = None
+    memory: str | Callable | None = None
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -201,6 +207,14 @@ class Estimator:
             spec = self.kernel if backend == "jax" else self.twin
             self._cache[backend] = _target(spec, "fastuq.kernels")
         return self._cache[backend]
+
+    def memory_fn(self) -> Callable | None:
+        """The memory estimate (``None``: none), imported on first use."""
+        if self.memory is None:
+            return None
+        if "memory" not in self._cache:
+            self._cache["memory"] = _target(self.memory, "fastuq.kernels")
+        return self._cache["memory"]
 
     def reference_fn(self) -> Callable:
         """The per-trajectory reference, imported on first use."""
@@ -447,7 +461,7 @@ _BUILTIN = (
     ),
     Estimator(
         name="umas", inputs=("node_confidence", "node_mask"), optional_inputs=("edges",),
-        params=(CONFIDENCE,), **_kernels("umas", "umas"),
+        params=(CONFIDENCE,), memory="umas:umas_memory", **_kernels("umas", "umas"),
         description="UMAS trust-weighted dynamic confidence over the interaction graph",
     ),
     Estimator(
