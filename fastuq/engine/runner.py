@@ -144,8 +144,9 @@ def check_memory(est: Estimator, shapes: Sequence[tuple[int, ...]], *, n: int,
         f"{shapes[0][-1]:,} agent slots need about "
         f"{need / gib:,.1f} GiB ({need:,} bytes) for the kernel's largest array, {what} of "
         f"{np.dtype(dtype).name}, more than the {limit / gib:,.1f} GiB of {where}; refused "
-        f"before allocating it (it grows with the square of the padded team size: score "
-        f"smaller teams, or fewer trajectories per chunk{hint})")
+        f"before allocating it (it grows with the square of the team size padded to a power "
+        f"of two, and with the chunk, padded to at least {bucket_size(1, chunk_size):,} "
+        f"trajectories: score smaller teams{hint})")
 
 
 def run_estimator(
