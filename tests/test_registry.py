@@ -208,7 +208,6 @@ def test_a_registered_estimator_runs_through_score_eval_and_the_api(toy, tmp_pat
                  "--param", "margin=0.25"]) == 0
     np.testing.assert_array_equal(pq.read_table(out)["toy_min_agreement"].to_numpy(),
                                   want + 0.25)
-    # a parameter no method takes is a usage error, found before reading: exit 2
     assert main(["score", str(corpus), "-o", str(out), "--param", "margin=0.25"]) == 2
     assert "would be ignored" in capsys.readouterr().err
     assert main(["score", str(corpus), "-o", str(out), "--param", "margin"]) == 2
