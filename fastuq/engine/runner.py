@@ -15,6 +15,7 @@ import numpy as np
 
 from fastuq.engine.batch import Batch
 from fastuq.engine.inputs import INPUTS, Context
+from fastuq.engine.memory import check_memory
 from fastuq.engine.registry import Estimator, get_estimator
 from fastuq.engine.runtime import run_bucketed
 
@@ -45,6 +46,9 @@ def _apply(*arrays, estimator: str, n_inputs: int, optional: tuple[str, ...],
     function of static names, so compiled per-device wrappers are cached)."""
     est = get_estimator(estimator)
     inputs = arrays[:n_inputs]
+    # the shapes as this device gets them (padded; traced under shard_map): a call that
+    # cannot fit is refused here, before the kernel allocates anything
+    check_memory(est, [x.shape for x in inputs], inputs[0].dtype, "jax")
     rest = arrays[n_inputs:]
     kw = dict(zip(optional, rest[:len(optional)], strict=True))
     kw.update(zip(params, rest[len(optional):], strict=True))
@@ -73,10 +77,9 @@ def call_kernel(
       chunk_size: the largest chunk handed to the JAX kernel (a power of two).
     """
     present = {k: v for k, v in optional.items() if v is not None}
-    check_memory(est, [np.shape(x) for x in inputs], n=n, dtype=dtype, backend=backend,
-                 chunk_size=chunk_size)
     if backend == "numpy":  # host kernels: device-packed inputs come back unpadded
         inputs = [np.asarray(x) for x in inputs]
+        check_memory(est, [x.shape for x in inputs], dtype, "numpy")
         present = {k: np.asarray(v) for k, v in present.items()}
         return outputs_of(est, est.kernel_fn("numpy")(*inputs, **present, **params))
     est.kernel_fn(backend)  # checks the backend; import errors before the bucketed loop
@@ -87,66 +90,6 @@ def call_kernel(
     return run_bucketed(_apply, batched, n, dtype, chunk_size, estimator=est.name,
                         n_inputs=len(est.inputs), optional=tuple(present),
                         params=tuple(params))
-
-
-def check_memory(est: Estimator, shapes: Sequence[tuple[int, ...]], *, n: int,
-                 dtype: np.dtype, backend: str, chunk_size: int = 1 << 20) -> None:
-    """Refuse, before anything is allocated, a call whose largest kernel array (``est``'s
-    ``memory`` estimate) would not fit in the memory of the device that runs it.
-
-    ``shapes``: the packed inputs' shapes (batch axis as in
-    :data:`~fastuq.engine.inputs.INPUTS`, ``n`` long). For JAX the batch axis is what one
-    device gets: the chunk padded to its bucket (:func:`~fastuq.engine.runtime.bucket_size`)
-    and split over the local devices. Raises ValueError naming the estimator, the shapes,
-    the bytes it would need and the bytes there are (and what the NumPy twin, which does
-    not pad, would need)."""
-    estimate = est.memory_fn()
-    if estimate is None or n == 0:
-        return
-    from fastuq.engine.runtime import (
-        bucket_size,
-        device_memory_bytes,
-        host_memory_bytes,
-        local_devices,
-    )
-
-    def sized(width: int) -> list[tuple[int, ...]]:
-        out = []
-        for name, shape in zip(est.inputs, shapes, strict=False):
-            shape = list(shape)
-            axis = INPUTS[name].axis
-            if len(shape) > axis:
-                shape[axis] = width
-            out.append(tuple(shape))
-        return out
-
-    if backend == "numpy":
-        width, limit, where = n, host_memory_bytes(), "the host"
-    else:
-        width = bucket_size(min(n, chunk_size), chunk_size)
-        ndev = len(local_devices())
-        if ndev > 1 and width % ndev == 0:
-            width //= ndev
-        limit, where = device_memory_bytes(), "one device"
-    need, what = estimate(sized(width), np.dtype(dtype), backend)
-    if limit is None or need <= limit:
-        return
-    gib = 1 << 30
-    hint = ""
-    if backend != "numpy":
-        twin, _ = estimate(sized(min(n, chunk_size)), np.dtype(dtype), "numpy")
-        host = host_memory_bytes()
-        if host is not None and twin <= host:
-            hint = (f"; the NumPy twin (--backend numpy) does not pad the batch: its "
-                    f"largest array would be about {twin / gib:,.1f} GiB")
-    raise ValueError(
-        f"{est.name}: {n:,} {'trajectory' if n == 1 else 'trajectories'} of "
-        f"{shapes[0][-1]:,} agent slots need about "
-        f"{need / gib:,.1f} GiB ({need:,} bytes) for the kernel's largest array, {what} of "
-        f"{np.dtype(dtype).name}, more than the {limit / gib:,.1f} GiB of {where}; refused "
-        f"before allocating it (it grows with the square of the team size padded to a power "
-        f"of two, and with the chunk, padded to at least {bucket_size(1, chunk_size):,} "
-        f"trajectories: score smaller teams{hint})")
 
 
 def run_estimator(

@@ -12,9 +12,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-__all__ = ["DEVICES", "bucket_size", "device_memory_bytes", "device_scope",
-           "host_memory_bytes", "local_devices", "tune_allocator", "use_cpu_devices",
-           "x64_scope"]
+__all__ = ["DEVICES", "bucket_size", "device_scope", "local_devices", "tune_allocator",
+           "use_cpu_devices", "x64_scope"]
 
 #: What ``device=`` / ``--device`` accept: ``"auto"`` (JAX's default backend: a GPU when
 #: there is one), ``"cpu"`` or ``"gpu"``.
@@ -159,28 +158,6 @@ def local_devices() -> list:
 
     platform = _PLATFORM[0]
     return jax.local_devices(backend=platform) if platform else jax.local_devices()
-
-
-def device_memory_bytes() -> int | None:
-    """The memory one kernel device may use: a GPU's allocator limit, or the host's
-    physical memory for CPU devices (which share it); ``None`` when unknown."""
-    devices = local_devices()
-    if devices and devices[0].platform != "cpu":
-        try:
-            stats = devices[0].memory_stats() or {}
-        except Exception:  # noqa: BLE001 - a backend without memory stats
-            stats = {}
-        limit = stats.get("bytes_limit")
-        return int(limit) if limit else None
-    return host_memory_bytes()
-
-
-def host_memory_bytes() -> int | None:
-    """The host's physical memory in bytes (``None`` when the OS does not say)."""
-    try:
-        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 def check_device(device: str | None) -> str | None:
