@@ -306,12 +306,21 @@ def read_scores(
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
     name = path.name.lower()
-    if name.endswith(".csv"):
-        df = pl.read_csv(path, schema_overrides={"trajectory_id": pl.String})
-    elif name.endswith((".arrow", ".feather", ".ipc")):
-        df = pl.read_ipc(path, memory_map=False)
-    else:
-        df = pl.read_parquet(path)
+    if name.endswith((".jsonl", ".json", ".jsonl.gz", ".json.gz", ".ndjson")):
+        raise ValueError(f"{path}: a scores file is Parquet, CSV or Arrow IPC, not JSON lines "
+                         "(fastuq score -o writes Parquet)")
+    try:
+        if name.endswith(".csv"):
+            df = pl.read_csv(path, schema_overrides={"trajectory_id": pl.String})
+        elif name.endswith((".arrow", ".feather", ".ipc")):
+            df = pl.read_ipc(path, memory_map=False)
+        else:
+            df = pl.read_parquet(path)
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        kind = ("CSV" if name.endswith(".csv") else "Arrow IPC"
+                if name.endswith((".arrow", ".feather", ".ipc")) else "Parquet")
+        raise ValueError(f"{path}: cannot read it as a {kind} scores file (a scores file is "
+                         f"Parquet, CSV or Arrow IPC): {str(exc).splitlines()[0]}") from None
     if "trajectory_id" not in df.columns:
         raise ValueError(f"{path}: no trajectory_id column (columns: {', '.join(df.columns)})")
     numeric = [c for c in df.columns if c not in _NOT_SCORES and df.schema[c].is_numeric()]

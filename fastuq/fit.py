@@ -382,8 +382,11 @@ def _fit_one(
     seed: int,
     dtype: np.dtype,
     name: str,
+    split: str = "",
 ) -> tuple[dict[str, float], tuple[float, float], tuple[float, float], np.ndarray]:
-    """Fit one protocol's parameters on ``data``: ``(params, platt, (start, end), history)``."""
+    """Fit one protocol's parameters on ``data``: ``(params, platt, (start, end), history)``.
+    ``split`` names the fit in messages (``"fold 2 of 5"``, ``"final fit"``)."""
+    who = f"protocol {name!r}" + (f", {split}" if split else "")
     import jax
     import jax.numpy as jnp
 
@@ -393,7 +396,7 @@ def _fit_one(
     n = data.n
     n_pos = int(y.sum())
     if n_pos == 0 or n_pos == n:
-        raise ValueError(f"protocol {name!r}: the training trajectories are all "
+        raise ValueError(f"{who}: the training trajectories are all "
                          f"{'correct' if n_pos else 'wrong'}; cannot fit")
     s_start = _scores(data, init, dtype)
     platt0 = _platt(s_start, y)
@@ -443,7 +446,7 @@ def _fit_one(
     end = objective_value(s_end, platt)
     if not end <= start:
         warnings.warn(
-            f"protocol {name!r}: the fit did not improve the training {objective} "
+            f"{who}: the fit did not improve the training {objective} "
             f"({start:.6g} -> {end:.6g}); keeping the starting parameters (try a smaller lr "
             "or more steps)", RuntimeWarning, stacklevel=3,
         )
@@ -520,12 +523,15 @@ def _evaluate(test: SauceData, fitted, dtype: np.dtype, split: int) -> list[dict
     return rows
 
 
-def _fit_all(data: SauceData, inits, objective, opts, dtype, tick=None) -> tuple:
+def _fit_all(data: SauceData, inits, objective, opts, dtype, tick=None, split: str = ""
+             ) -> tuple:
+    """Every protocol's fit on ``data``; ``split`` names the fit in warnings and errors."""
     params, platt, objs, hist = {}, {}, {}, {}
     for k, proto in enumerate(data.protocols):
         rows = data.protocol_codes == k
         sub = data if len(data.protocols) == 1 else data.subset(rows)
-        p, pl_, ob, h = _fit_one(sub, inits[proto], objective, dtype=dtype, name=proto, **opts)
+        p, pl_, ob, h = _fit_one(sub, inits[proto], objective, dtype=dtype, name=proto,
+                                 split=split, **opts)
         params[proto], platt[proto], objs[proto], hist[proto] = p, pl_, ob, h
         if tick is not None:
             tick()
@@ -623,17 +629,22 @@ def fit_sauce(
             fold = stratified_folds(data.labels, folds, seed)
             for f in range(int(folds)):
                 params, *_ = _fit_all(data.subset(fold != f), inits, objective, opts, dtype,
-                                      tick)
+                                      tick, f"fold {f} of {int(folds)} (fitted on the others)")
                 rows += _evaluate(data.subset(fold == f), params, dtype, f)
             fit_data = data
+            final = "final fit on all trajectories"
         elif holdout > 0:
             test = _holdout_rows(data.labels, holdout, seed)
             fit_data = data.subset(~test)
-            params, *_ = _fit_all(fit_data, inits, objective, opts, dtype, tick)
+            params, *_ = _fit_all(fit_data, inits, objective, opts, dtype, tick,
+                                  "held-out split's training part")
             rows += _evaluate(data.subset(test), params, dtype, 0)
+            final = "final fit on the training part"
         else:
             fit_data = data
-        params, platt, objs, hist = _fit_all(fit_data, inits, objective, opts, dtype, tick)
+            final = ""
+        params, platt, objs, hist = _fit_all(fit_data, inits, objective, opts, dtype, tick,
+                                             final)
     heldout = None
     if rows:
         import polars as pl

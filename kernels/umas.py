@@ -80,8 +80,10 @@ __all__ = [
     "UmasCarry",
     "default_edges",
     "edge_words",
+    "largest_array",
     "pack_edges",
     "unpack_edges",
+    "umas_memory",
     "umas_scan",
     "umas_scan_numpy",
     "umas_trajectory",
@@ -553,6 +555,36 @@ def _umas_pass(conf, node_mask, edge_mask, *, fields, self_edges, unroll) -> dic
                 value = jnp.stack(value, axis=-1)
             result[name] = jnp.where(node_mask, value.astype(dtype), nan)
     return _select(result, fields)
+
+
+def largest_array(t_max: int, n: int, n_agents: int, dtype, *, backend: str = "jax",
+                  ) -> tuple[int, str]:
+    """``(bytes, what)``: the largest array :func:`umas_scan` (``backend="jax"``) or
+    :func:`umas_scan_numpy` (``"numpy"``) holds for a batch ``[T, N, A]`` of ``dtype``
+    (``N`` as the kernel sees it: padded, per device). Up to
+    :data:`MAX_UNROLLED_AGENTS` slots the JAX kernel holds ``[N]`` vectors per slot, so the
+    inputs ``[T, N, A]`` are the largest; beyond, every round broadcasts the (receiver,
+    sender) pairs of a block of trajectories, ``[min(N, BLOCK), A, A]`` values (the NumPy
+    twin: ``[N, A, A]``), which grows with ``A**2``."""
+    item = np.dtype(dtype).itemsize
+    inputs = t_max * n * n_agents * item
+    if backend == "numpy":
+        pairs = n * n_agents * n_agents * item
+        return max((inputs, f"[T, N, A] = [{t_max}, {n}, {n_agents}] inputs"),
+                   (pairs, f"[N, A, A] = [{n}, {n_agents}, {n_agents}] per-round pairs"))
+    if n_agents <= MAX_UNROLLED_AGENTS:
+        return inputs, f"[T, N, A] = [{t_max}, {n}, {n_agents}] inputs"
+    rows = min(n, BLOCK) if _default_unroll(t_max, n_agents) is not True else n
+    pairs = rows * n_agents * n_agents * item
+    return max((inputs, f"[T, N, A] = [{t_max}, {n}, {n_agents}] inputs"),
+               (pairs, f"[N, A, A] = [{rows}, {n_agents}, {n_agents}] per-round pairs"))
+
+
+def umas_memory(shapes, dtype, backend: str = "jax") -> tuple[int, str]:
+    """The registry's memory estimate of :func:`umas` (``shapes``: its inputs' shapes as
+    the kernel gets them, ``[T, N, A]`` first): :func:`largest_array`."""
+    t_max, n, a = shapes[0]
+    return largest_array(t_max, n, a, dtype, backend=backend)
 
 
 # ----------------------------------------------------------------------------------------

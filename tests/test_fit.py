@@ -175,3 +175,25 @@ def test_save_and_cli_write_json(tmp_path, monkeypatch, capsys):
     _check_constraints(saved["params"])
     assert saved["settings"]["steps"] == 40 and saved["heldout"]
     assert not list(tmp_path.glob(".*tmp"))
+
+
+def test_a_fit_warning_names_its_fold():
+    # lr = 50 overshoots: some fits end worse than they started and keep the start, with a
+    # warning; each warning names which fit it is (it used to name the protocol only, the
+    # same text for every fold and the final fit)
+    data = corpus(600, protocol="debate", seed=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit_sauce(data, steps=40, lr=50.0, folds=3)
+    texts = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)
+             and "did not improve" in str(w.message)]
+    assert texts  # the case this test is about happens
+    labels = []
+    for text in texts:
+        head = text.split(": the fit did not improve")[0]
+        assert head.startswith("protocol 'debate', "), text
+        labels.append(head.removeprefix("protocol 'debate', "))
+    allowed = {f"fold {f} of 3 (fitted on the others)" for f in range(3)}
+    allowed.add("final fit on all trajectories")
+    assert set(labels) <= allowed, labels
+    assert len(set(labels)) == len(labels)  # one warning per fit, each its own

@@ -267,6 +267,71 @@ def test_cli_gate_errors(files, tmp_path, capsys):
         main(["gate", corpus, "--score", "sauce", "--alpha", "1.5"])
 
 
+def test_cli_gate_on_a_consistency_column_as_the_readme_says(tmp_path, capsys):
+    # README "### Calibrate a gate": fastuq gate scored.parquet --score consistency
+    # --higher-passes, the corpus holding the column (it used to demand a texts column)
+    rng = np.random.default_rng(5)
+    n = 300
+    correct = rng.random(n) < 0.7
+    conf = np.clip(np.where(correct, 0.8, 0.4) + rng.normal(0, 0.15, n), 0, 1)
+    path = tmp_path / "scored.parquet"
+    pq.write_table(pa.table({"trajectory_id": [f"t{i}" for i in range(n)],
+                             "correct": correct, "consistency": conf}), path)
+    out = tmp_path / "v.parquet"
+    assert main(["gate", str(path), "--score", "consistency", "--higher-passes",
+                 "-o", str(out)]) == 0
+    # by hand: the loosest threshold whose passed items' Clopper-Pearson bound holds,
+    # testing from the strictest (highest) score down, stopping at the first failure
+    from scipy.stats import beta
+
+    order = np.sort(np.unique(conf))[::-1]
+    best = None
+    for t in order:
+        passed = conf >= t
+        k, m = int((~correct[passed]).sum()), int(passed.sum())
+        bound = 1.0 if k == m else float(beta.ppf(0.95, k + 1, m - k))
+        if m < math.log(0.05) / math.log(0.9):
+            continue  # no rejection possible yet: the sequence starts later
+        if bound > 0.1:
+            break
+        best = t
+    assert best is not None
+    printed = capsys.readouterr().out
+    assert f"pass iff consistency >= {best:.10g}" in printed
+    np.testing.assert_array_equal(pq.read_table(out)["passed"].to_numpy(), conf >= best)
+
+
+def test_cli_gate_without_the_score_column_says_how_to_get_it(tmp_path, capsys):
+    import json
+
+    rows = [{"trajectory_id": f"t{i}", "protocol": "debate", "n_agents": 3, "level": 2,
+             "correct": bool(i % 2), "agreement": [1.0], "token_entropy": [0.1]}
+            for i in range(6)]
+    jsonl = tmp_path / "c.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # a JSONL corpus used to end in a Polars traceback (read as Parquet)
+    assert main(["gate", str(jsonl), "--score", "sauce"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert f"fastuq score {jsonl} --method sauce -o scores.parquet" in err
+    assert "--scores scores.parquet --score sauce" in err
+    # a table without the column named n_agents and level as its "score columns"
+    table = tmp_path / "c.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), table)
+    assert main(["gate", str(table), "--score", "uaad_max_risk"]) == 2
+    err = capsys.readouterr().err
+    assert "no score column 'uaad_max_risk'" in err
+    assert "score columns: n_agents" not in err
+    assert f"fastuq score {table} --method uaad -o scores.parquet" in err
+    # --scores given a JSONL file: an error, not a traceback (eval reads scores alike)
+    assert main(["gate", str(table), "--scores", str(jsonl), "--score", "sauce"]) == 2
+    assert "a scores file is Parquet, CSV or Arrow IPC" in capsys.readouterr().err
+    garbage = tmp_path / "s.parquet"
+    garbage.write_text("not parquet")
+    assert main(["gate", str(table), "--scores", str(garbage), "--score", "sauce"]) == 2
+    assert "cannot read it as a Parquet scores file" in capsys.readouterr().err
+
+
 # --- the gate's agreement score ------------------------------------------------------------
 
 

@@ -415,3 +415,58 @@ def test_only_requested_fields_are_returned_and_unknown_fields_raise():
         U.umas_scan(jnp.asarray(conf, jnp.float32), jnp.asarray(mask), fields=("nope",))
     with pytest.raises(ValueError, match="unknown UMAS output fields"):
         U.umas_scan_numpy(conf, mask, fields=("nope",))
+
+
+def test_ten_thousand_agents_are_refused_with_the_memory_they_would_need(
+        tmp_path, capsys, monkeypatch):
+    """10,000 agents used to end in XLA's RESOURCE_EXHAUSTED (2.2 TB on 2 CPU cores); the
+    runner now refuses before the kernel allocates, naming the bytes of the [N, A, A]
+    per-round array for the shape the device gets. The device's memory is set to 1 GiB
+    here, so that the refusal does not depend on the machine or on how small a bucket the
+    chunk is padded to (one trajectory of 16,384 padded slots already needs 2 GiB)."""
+    import re
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import fastuq
+    from fastuq.cli import main
+    from fastuq.engine import memory
+
+    monkeypatch.setattr(memory, "device_memory_bytes", lambda: 1 << 30)
+    monkeypatch.setattr(memory, "host_memory_bytes", lambda: 1 << 30)
+    a = 10_000
+    rng = np.random.default_rng(0)
+    table = pa.table({"trajectory_id": ["t"], "protocol": ["debate"], "n_agents": [a],
+                      "seq_logprob": [[(-rng.random(a)).tolist(), (-rng.random(a)).tolist()]]})
+    with pytest.raises(ValueError, match="refused before allocating it") as info:
+        fastuq.score(table, "umas")
+    text = str(info.value)
+    got = re.search(r"about [\d,.]+ GiB \(([\d,]+) bytes\).*\[N, A, A\] = \[(\d+), 16384, "
+                    r"16384\] per-round pairs of (float\d+), more than the 1\.0 GiB", text)
+    assert got, text
+    need, rows, dtype = int(got[1].replace(",", "")), int(got[2]), got[3]
+    # by hand: rows (the padded chunk, one device's share) x A^2 (10,000 padded to the next
+    # power of two) x the dtype's bytes
+    assert 1 <= rows <= 1024
+    assert need == rows * 16_384 * 16_384 * {"float64": 8, "float32": 4}[dtype]
+    # the NumPy twin does not pad the chunk: one row of pairs, refused all the same here
+    with pytest.raises(ValueError, match=r"\[N, A, A\] = \[1, 16384, 16384\] per-round pairs "
+                                         r"of float64, more than the 1\.0 GiB of the host"):
+        fastuq.score(table, "umas", backend="numpy", dtype="float64")
+    path = tmp_path / "wide.parquet"
+    pq.write_table(table, path)
+    # a refused run, not a crash (exit 1 here; 2 under main's one exit-status rule)
+    assert main(["score", str(path), "--method", "umas", "-o", str(tmp_path / "s.parquet")]
+                ) in (1, 2)
+    assert "refused before allocating it" in capsys.readouterr().err
+
+
+def test_largest_array_by_hand():
+    # up to 16 slots the inputs [T, N, A] are the largest; beyond, [min(N, BLOCK), A, A]
+    assert U.largest_array(3, 1024, 16, np.float32)[0] == 3 * 1024 * 16 * 4
+    assert U.largest_array(3, 1024, 32, np.float64)[0] == 1024 * 32 * 32 * 8
+    assert U.largest_array(1, 1 << 20, 32, np.float32)[0] == U.BLOCK * 32 * 32 * 4
+    assert U.largest_array(3, 1 << 20, 32, np.float32, backend="numpy")[0] == \
+        (1 << 20) * 32 * 32 * 4
+    assert U.largest_array(400, 8, 64, np.float64)[0] == 400 * 8 * 64 * 8  # inputs win

@@ -451,3 +451,36 @@ def test_property_ece_matches_loop(pairs, n_bins):
     y = np.array([a for a, _ in pairs])
     p = np.array([b for _, b in pairs])
     assert ece(y, p, n_bins=n_bins) == pytest.approx(ece_loop(y, p.tolist(), n_bins), abs=1e-12)
+
+
+def _separable_in_one_fold(fold_k: int):
+    """Labels, scores and sklearn's folds (5, shuffled, seed 0) where only the training part
+    of fold ``fold_k`` (every other fold) is separable: a positive scored above every
+    negative and a negative below every positive, both in fold ``fold_k``, cross the classes
+    in every other training part."""
+    from sklearn.model_selection import StratifiedKFold
+
+    y = np.array([1, 0] * 15)
+    fold = np.empty(y.size, np.int64)
+    for f, (_, test) in enumerate(StratifiedKFold(5, shuffle=True, random_state=0).split(
+            np.zeros(y.size), y)):
+        fold[test] = f
+    u = np.where(y == 1, 0.0, 10.0) + np.arange(y.size) * 0.01  # positives lower
+    i = np.flatnonzero((fold == fold_k) & (y == 1))[0]
+    j = np.flatnonzero((fold == fold_k) & (y == 0))[0]
+    u[i], u[j] = 20.0, -10.0
+    return y, u, fold
+
+
+@pytest.mark.parametrize("fold_k", [1, 4])
+def test_platt_warning_names_the_fold_that_did_not_converge(fold_k):
+    y, u, fold = _separable_in_one_fold(fold_k)
+    with pytest.warns(PlattConvergenceWarning, match=rf"1 \(fold, column\) fits: "
+                                                     rf"column 0: fold {fold_k} \("):
+        platt_oof_probabilities(y, u, C=None)
+    # the column-by-column engine (used from 2**21 rows) names them alike
+    from fastuq.metrics.platt_fast import platt_columns
+
+    with pytest.warns(PlattConvergenceWarning, match=rf"1 \(fold, column\) fits: "
+                                                     rf"column 1: fold {fold_k} \("):
+        platt_columns(y.astype(bool), [np.arange(y.size) % 7 * 1.0, u], fold, 0.0)

@@ -84,16 +84,63 @@ def _steps(h, q, d):
 
 
 def test_round_risk_from_step_columns_by_hand():
-    # trajectory 0: round 0 has two agents (2 steps, 1 step), round 1 one agent with no steps
-    h = [[[[0.2, 0.9], [0.5]], [[]]], [[[1.0]]]]
-    q = [[[[0.1, 0.0], [0.5]], [[]]], [[[1.0]]]]
-    d = [[[[0.0, 0.5], [0.5]], [[]]], [[[0.0]]]]
+    # trajectory 0: round 0 has two agents (2 steps, 1 step), round 1 an agent without steps
+    # and one with a step
+    h = [[[[0.2, 0.9], [0.5]], [[], [0.4]]], [[[1.0]]]]
+    q = [[[[0.1, 0.0], [0.5]], [[], [0.2]]], [[[1.0]]]]
+    d = [[[[0.0, 0.5], [0.5]], [[], [0.0]]], [[[0.0]]]]
     risk, mask = round_risk_from_steps(_steps(h, q, d), (0.45, 0.35, 0.20))
     # steps: .45*.2+.35*.1 = .125; .45*.9+.2*.5 = .505; .5*(1) = .5 -> round max .505
     assert mask.tolist() == [[True, True], [True, False]]
     assert risk[0, 0] == pytest.approx(0.505, abs=1e-15)
-    assert risk[1, 0] == 0.0  # a round without steps
+    assert risk[1, 0] == pytest.approx(0.45 * 0.4 + 0.35 * 0.2, abs=1e-15)  # the one step
     assert risk[0, 1] == pytest.approx(0.45 + 0.35, abs=1e-15)
+
+
+@pytest.mark.parametrize("round1", [[[]], [[], None], []], ids=["empty", "null", "no_agents"])
+def test_round_without_steps_raises_naming_it(round1):
+    # an executed round whose agents have no step has no risk: an error naming the record
+    # and round (it used to be risk 0, routing the round to the low tier silently)
+    h = [[[[0.2]], [[0.3]]], [[[0.2]], round1]]
+    with pytest.raises(RecordError, match=r"trajectory 'b', round 1: no step signals.*"
+                                          r"field step_h"):
+        round_risk_from_steps(_steps(h, h, h), (0.45, 0.35, 0.20), ids=["a", "b"])
+
+
+def test_score_round_without_steps_raises():
+    table = _debate()
+    hole = [[[[0.1]] * 3, [[], None, []]], [[[0.0]] * 3] * 2]
+    for name, col in _steps(hole, hole, hole).items():
+        table = table.append_column(name, col)
+    with pytest.raises(ValueError, match=r"trajectory 'a' \(.*row 0\), round 1: no step signals"):
+        fastuq.score(table, methods=["uaad"])
+
+
+@pytest.mark.parametrize("params, match", [
+    (dict(risk_low=0.7, risk_high=0.3), r"risk_low must be below risk_high.*0\.7.*0\.3"),
+    (dict(risk_low=0.5, risk_high=0.5), r"risk_low must be below risk_high"),
+    (dict(agents_medium=2.5), r"agents_medium must be a whole number >= 0, got 2\.5"),
+    (dict(rounds_high=1.5), r"rounds_high must be a whole number >= 0, got 1\.5"),
+    (dict(w_h=1.0, w_q=1.0, w_d=1.0), r"weights must sum to 1.*= 3"),
+    (dict(w_h=0.45, w_q=0.35, w_d=0.1), r"weights must sum to 1.*= 0\.9"),
+])
+def test_score_refuses_parameters_that_do_not_fit(params, match):
+    with pytest.raises(ValueError, match=match):
+        fastuq.score(_debate(), methods=["uaad"], **params)
+
+
+def test_parameters_that_fit_are_accepted():
+    # weights given in decimals sum to 1 within rounding; whole numbers as floats
+    out = fastuq.score(_debate(), methods=["uaad"], w_h=0.1, w_q=0.2, w_d=0.7,
+                       agents_medium=4.0, risk_low=0.2, risk_high=0.9).to_pydict()
+    # a: h = 1/2, q = 1/3, d = 2/3 -> medium (0.2 <= risk < 0.9): 3 + 4 * 1 + 1 calls
+    assert out["uaad"][0] == pytest.approx(0.1 / 2 + 0.2 / 3 + 0.7 * 2 / 3, abs=1e-12)
+    assert out["uaad_calls"][0] == 3 + 4 + 1
+
+
+def test_per_protocol_risk_bounds_that_cross_name_the_trajectory():
+    with pytest.raises(ValueError, match=r"trajectory 'a' \(.*\): uaad: risk_low must be below"):
+        fastuq.score(_debate(), methods=["uaad"], risk_low={"debate": 0.8}, risk_high=0.5)
 
 
 def test_step_column_errors_name_the_record():
@@ -144,3 +191,25 @@ def test_score_prefers_step_columns_and_checks_their_rounds():
     partial = table.drop(["step_d"])
     with pytest.raises(ValueError, match="missing step_d"):
         fastuq.score(partial, methods=["uaad"])
+
+
+@pytest.mark.parametrize("given, match", [
+    (["risk_low=0.7", "risk_high=0.3"], "risk_low must be below risk_high"),
+    (["risk_low=0.7"], "risk_low must be below risk_high"),  # against the default .62
+    (["agents_low=2.5"], "agents_low must be a whole number"),
+    (["w_h=1"], "weights must sum to 1"),
+])
+def test_cli_parameter_errors_exit_2_before_reading(tmp_path, capsys, given, match):
+    import pyarrow.parquet as pq
+
+    from fastuq.cli import main
+
+    src = tmp_path / "c.parquet"
+    pq.write_table(_debate(), src)
+    out = tmp_path / "o.parquet"
+    args = ["score", str(src), "--method", "uaad", "-o", str(out)]
+    for g in given:
+        args += ["--param", g]
+    assert main(args) == 2
+    assert match in capsys.readouterr().err
+    assert not out.exists()

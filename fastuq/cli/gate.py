@@ -54,9 +54,10 @@ def add_parser(sub) -> None:
                         "columns, e.g. from 'fastuq score'), joined to CORPUS by trajectory_id")
     p.add_argument("--score", required=True, metavar="COLUMN",
                    help="the score column to gate on (e.g. sauce); 'consistency' without "
-                        "--scores computes the consistency gate's score from a "
+                        "--scores reads the corpus's consistency column, or, where it has "
+                        "none, computes the consistency gate's score from a "
                         "self-consistency corpus (texts: round 0 = the k samples; "
-                        "final_answer = the candidate) and passes high scores")
+                        "final_answer = the candidate), and passes high scores")
     p.add_argument("--alpha", type=_open_fraction, default=0.1,
                    help="target failure rate among passed items (default 0.1)")
     p.add_argument("--delta", type=_open_fraction, default=0.05,
@@ -76,6 +77,55 @@ def _fmt(x: float) -> str:
     return "n/a" if math.isnan(x) else f"{x:.4f}"
 
 
+#: File endings of the tables gate reads a score column from (without --scores).
+_TABLE_ENDINGS = (".parquet", ".pq", ".csv", ".arrow", ".feather", ".ipc")
+
+
+def _table_columns(source: Path) -> list[str]:
+    """The columns of a Parquet, CSV or Arrow IPC file (``[]`` for any other file: a JSONL
+    corpus is not read as a table of scores)."""
+    name = source.name.lower()
+    if not name.endswith(_TABLE_ENDINGS):
+        return []
+    import polars as pl
+
+    try:
+        if name.endswith(".csv"):
+            return list(pl.scan_csv(source).collect_schema().names())
+        if name.endswith((".arrow", ".feather", ".ipc")):
+            return list(pl.scan_ipc(source).collect_schema().names())
+        return list(pl.scan_parquet(source).collect_schema().names())
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise ValueError(f"{source}: cannot read its columns: {str(exc).splitlines()[0]}"
+                         ) from None
+
+
+def _require_column(source: Path, column: str) -> None:
+    """ValueError, saying how to get the column, unless the corpus file holds ``column``
+    (gating without --scores reads it from the corpus)."""
+    name = source.name.lower()
+    columns = _table_columns(source)
+    if column in columns:
+        return
+    from fastuq.engine.registry import ESTIMATORS
+
+    method = next((e.name for e in ESTIMATORS.values() if column in e.outputs), None)
+    if name.endswith(_TABLE_ENDINGS):
+        head = f"{source}: no score column {column!r}"
+    else:
+        head = (f"{source}: without --scores the corpus itself must hold the score column, "
+                f"as a Parquet, CSV or Arrow IPC table; this is not one")
+    if method is not None:
+        how = (f"{column!r} is a score of fastuq's {method!r} estimator: score the corpus "
+               f"first, then gate on the scores: fastuq score {source} --method {method} "
+               f"-o scores.parquet && fastuq gate {source} --scores scores.parquet --score "
+               f"{column}")
+    else:
+        how = (f"pass --scores FILE holding it (Parquet, CSV or Arrow IPC: trajectory_id "
+               f"and a {column!r} column); no fastuq estimator writes a column of that name")
+    raise ValueError(f"{head}; {how}")
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``fastuq gate``; returns the exit status (0 ok, 2 error)."""
     from fastuq import evaluation as ev
@@ -91,14 +141,21 @@ def run(args: argparse.Namespace) -> int:
     skipped = 0
     try:
         labels = ev.read_labels(source, chunk_rows=args.chunk_rows)
-        if args.score == "consistency" and not args.scores:
-            from fastuq.gate import corpus_consistency
+        if args.scores:
+            scores = ev.read_scores(args.scores, [args.score])
+        elif args.score == "consistency":
+            # the consistency gate's own score, a confidence: the corpus's column when it
+            # holds one (a scored file), else computed from its texts
+            if "consistency" in _table_columns(source):
+                scores = ev.read_scores(source, ["consistency"])
+            else:
+                from fastuq.gate import corpus_consistency
 
-            # the consistency gate's own score, from the corpus's texts: a confidence
-            scores = corpus_consistency(source, chunk_rows=args.chunk_rows)
+                scores = corpus_consistency(source, chunk_rows=args.chunk_rows)
             args.higher_passes = True
         else:
-            scores = ev.read_scores(args.scores or source, [args.score])
+            _require_column(source, args.score)
+            scores = ev.read_scores(source, [args.score])
         if args.scores:
             listing = cs.skipped_path(args, source, args.scores)
             if args.skipped or listing.exists():

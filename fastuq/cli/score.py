@@ -133,6 +133,19 @@ def _option_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _check_param_values(args: argparse.Namespace, params: dict) -> None:
+    """The estimator parameters' names and values, before anything is read (a parameter
+    error is a usage error: exit 2, not a failed run)."""
+    from fastuq.engine.registry import check_params
+    from fastuq.engine.scoring import _method_list
+
+    names = _method_list(args.method)
+    given = dict(params)
+    if args.confidence is not None:
+        given.setdefault("confidence", args.confidence)
+    check_params(given, None if names == ["all"] else names)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``fastuq score``; returns the exit status."""
     from fastuq.cli import sample_corpus_path
@@ -163,7 +176,8 @@ def run(args: argparse.Namespace) -> int:
     tune_allocator()
     try:
         sauce, per_protocol = cs.sauce_overrides(args)
-    except (ValueError, FileNotFoundError) as exc:
+        _check_param_values(args, sauce)
+    except (ValueError, TypeError, FileNotFoundError) as exc:
         return cs.fail(prog, exc)
     with tempfile.TemporaryDirectory() as tmp:
         output = Path(args.output) if args.output else Path(tmp) / "sample_scores.parquet"
@@ -209,7 +223,8 @@ def _run_ray(args: argparse.Namespace, prog: str) -> int:
         return cs.fail(prog, problem)
     try:
         params, per_protocol = cs.sauce_overrides(args)
-    except (ValueError, FileNotFoundError) as exc:
+        _check_param_values(args, params)
+    except (ValueError, TypeError, FileNotFoundError) as exc:
         return cs.fail(prog, exc)
     if args.confidence is not None:
         if "confidence" in params:

@@ -69,6 +69,7 @@ class Param:
       no default; then every protocol needs a preset).
     low, high: bounds (``None``: unbounded); ``low_open`` / ``high_open`` make them strict.
     choices: for a string parameter, the values it may take.
+    integer: the value must be a whole number (a count: agents, rounds).
     kernel: whether the kernel takes it (``False``: it chooses how inputs are packed, e.g.
       UMAS's ``confidence``).
     doc: one line for tables and ``--help``.
@@ -81,22 +82,25 @@ class Param:
     low_open: bool = False
     high_open: bool = False
     choices: tuple[str, ...] | None = None
+    integer: bool = False
     kernel: bool = True
     doc: str = ""
 
     def describe(self) -> str:
-        """The allowed range in words: ``in [0, 1]``, ``>= 0``, ``> 0`` or ``finite``."""
+        """The allowed range in words: ``in [0, 1]``, ``>= 0``, ``> 0`` or ``finite``
+        (``a whole number >= 0`` for an integer parameter)."""
         def g(x: float) -> str:
             return f"{x:g}"
 
+        whole = "a whole number " if self.integer else ""
         if self.low is not None and self.high is not None:
-            return (f"in {'(' if self.low_open else '['}{g(self.low)}, {g(self.high)}"
+            return (f"{whole}in {'(' if self.low_open else '['}{g(self.low)}, {g(self.high)}"
                     f"{')' if self.high_open else ']'}")
         if self.low is not None:
-            return f"{'>' if self.low_open else '>='} {g(self.low)}"
+            return f"{whole}{'>' if self.low_open else '>='} {g(self.low)}"
         if self.high is not None:
-            return f"{'<' if self.high_open else '<='} {g(self.high)}"
-        return "finite"
+            return f"{whole}{'<' if self.high_open else '<='} {g(self.high)}"
+        return "a whole number" if self.integer else "finite"
 
     def inside(self, v: np.ndarray) -> np.ndarray:
         """Elementwise: finite and within the bounds."""
@@ -106,6 +110,9 @@ class Param:
             ok &= (v > self.low) if self.low_open else (v >= self.low)
         if self.high is not None:
             ok &= (v < self.high) if self.high_open else (v <= self.high)
+        if self.integer:
+            with np.errstate(invalid="ignore"):
+                ok &= np.floor(v) == v
         return ok
 
     def check(self, value: object) -> float | str:
@@ -146,6 +153,16 @@ class Estimator:
     presets: protocol -> parameter values (used for parameters the caller does not give).
     outputs: output columns (default: the name); a kernel with several returns a dict.
     description: one line for ``--help`` and tables.
+    memory: ``memory(shapes, dtype, backend)`` -> ``(bytes, what)``: the largest array its
+      kernel (``backend="jax"``, ``shapes`` the inputs' shapes as one device gets them,
+      padded) or twin (``"numpy"``) allocates, as ``"module:function"`` or a callable; the
+      runner refuses a chunk whose array would not fit in the device's memory before
+      allocating it (``None``: no estimate).
+    constraints: ``constraints(values, ids)`` -> None, raising ValueError where parameters
+      that are each within their bounds do not fit together (UAAD: the weights sum to 1,
+      ``risk_low < risk_high``). Called with the checked packing parameters (``ids``
+      ``None``) and with the kernel parameters (0-d or ``[N]`` arrays, ``ids`` the
+      trajectory names or ``None``); it looks only at the names present.
     """
 
     name: str
@@ -159,6 +176,8 @@ class Estimator:
         default_factory=lambda: MappingProxyType({}))
     outputs: tuple[str, ...] = ()
     description: str = ""
+    constraints: Callable[[Mapping[str, Any], Sequence[str] | None], None] | None = None
+    memory: str | Callable | None = None
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -188,6 +207,14 @@ class Estimator:
             spec = self.kernel if backend == "jax" else self.twin
             self._cache[backend] = _target(spec, "fastuq.kernels")
         return self._cache[backend]
+
+    def memory_fn(self) -> Callable | None:
+        """The memory estimate (``None``: none), imported on first use."""
+        if self.memory is None:
+            return None
+        if "memory" not in self._cache:
+            self._cache["memory"] = _target(self.memory, "fastuq.kernels")
+        return self._cache["memory"]
 
     def reference_fn(self) -> Callable:
         """The per-trajectory reference, imported on first use."""
@@ -225,6 +252,8 @@ class Estimator:
             if not p.kernel:
                 value = params.get(p.name)
                 out[p.name] = p.default if value is None else p.check(value)
+        if self.constraints is not None and out:
+            self.constraints(out, None)
         return out
 
     def param_values(
@@ -276,7 +305,8 @@ class Estimator:
                 if not np.isfinite(table).all():
                     raise ValueError(f"{p.name} must be finite")
                 if not p.inside(table).all():
-                    raise ValueError(f"{p.name} must be {p.describe()}")
+                    bad = float(table[np.argmax(~p.inside(table))])
+                    raise ValueError(f"{p.name} must be {p.describe()}, got {bad:g}")
                 out[p.name] = table.astype(dtype)[inverse]
                 continue
             if v.ndim:
@@ -289,8 +319,11 @@ class Estimator:
             if not np.isfinite(v).all():
                 raise ValueError(f"{p.name} must be finite")
             if not p.inside(v).all():
-                raise ValueError(f"{p.name} must be {p.describe()}")
+                bad = float(v.reshape(-1)[np.argmax(~p.inside(v).reshape(-1))])
+                raise ValueError(f"{p.name} must be {p.describe()}, got {bad:g}")
             out[p.name] = v.astype(dtype)
+        if self.constraints is not None:
+            self.constraints(out, ids)
         return out
 
 
@@ -351,6 +384,38 @@ BCCS_PARAMS = (
 )
 
 
+#: How far ``w_h + w_q + w_d`` may be from 1 (float rounding of weights given in decimals).
+UAAD_WEIGHT_TOLERANCE = 1e-9
+
+
+def uaad_constraints(values: Mapping[str, Any], ids: Sequence[str] | None = None) -> None:
+    """UAAD's parameters together (DESIGN.md, UAAD): the step-risk weights ``w_h, w_q, w_d``
+    sum to 1 (within :data:`UAAD_WEIGHT_TOLERANCE`; each is checked in [0, 1] on its own)
+    and ``risk_low < risk_high`` (the medium tier is ``risk_low <= risk < risk_high``).
+    ``values``: parameter -> a scalar or an ``[N]`` array; ``ids`` name the trajectory of a
+    per-trajectory pair that does not fit. Raises ValueError naming the parameters."""
+    if all(w in values for w in ("w_h", "w_q", "w_d")):
+        w = [float(values[k]) for k in ("w_h", "w_q", "w_d")]
+        if abs(sum(w) - 1.0) > UAAD_WEIGHT_TOLERANCE:
+            raise ValueError(
+                f"uaad: the step-risk weights must sum to 1, got w_h + w_q + w_d = "
+                f"{w[0]:g} + {w[1]:g} + {w[2]:g} = {sum(w):g}")
+    if "risk_low" in values and "risk_high" in values:
+        low = np.asarray(values["risk_low"], np.float64)
+        high = np.asarray(values["risk_high"], np.float64)
+        bad = ~(low < high)
+        if bad.any():
+            low, high, bad = np.broadcast_arrays(low, high, bad)
+            k = int(np.argmax(bad.reshape(-1)))
+            who = ""
+            if bad.ndim:
+                who = f"trajectory {ids[k]!r}: " if ids is not None else f"trajectory {k}: "
+            raise ValueError(
+                f"{who}uaad: risk_low must be below risk_high (the tiers are low < risk_low "
+                f"<= medium < risk_high <= high), got risk_low {low.reshape(-1)[k]:g} and "
+                f"risk_high {high.reshape(-1)[k]:g}")
+
+
 UAAD_PARAMS = (
     Param("w_h", default=0.45, low=0.0, high=1.0, kernel=False,
           doc="UAAD: weight of the token entropy h in the step risk"),
@@ -368,13 +433,18 @@ UAAD_PARAMS = (
           doc="UAAD: risks below this are low tier"),
     Param("risk_high", default=0.62, low=0.0,
           doc="UAAD: risks from this up are high tier (between: medium)"),
-    Param("agents_low", default=1.0, low=0.0, doc="UAAD: agents of the low tier"),
-    Param("rounds_low", default=1.0, low=0.0, doc="UAAD: debate-round cap of the low tier"),
-    Param("agents_medium", default=3.0, low=0.0, doc="UAAD: agents of the medium tier"),
-    Param("rounds_medium", default=1.0, low=0.0,
+    Param("agents_low", default=1.0, low=0.0, integer=True,
+          doc="UAAD: agents of the low tier"),
+    Param("rounds_low", default=1.0, low=0.0, integer=True,
+          doc="UAAD: debate-round cap of the low tier"),
+    Param("agents_medium", default=3.0, low=0.0, integer=True,
+          doc="UAAD: agents of the medium tier"),
+    Param("rounds_medium", default=1.0, low=0.0, integer=True,
           doc="UAAD: debate-round cap of the medium tier"),
-    Param("agents_high", default=6.0, low=0.0, doc="UAAD: agents of the high tier"),
-    Param("rounds_high", default=3.0, low=0.0, doc="UAAD: debate-round cap of the high tier"),
+    Param("agents_high", default=6.0, low=0.0, integer=True,
+          doc="UAAD: agents of the high tier"),
+    Param("rounds_high", default=3.0, low=0.0, integer=True,
+          doc="UAAD: debate-round cap of the high tier"),
 )
 
 
@@ -391,7 +461,7 @@ _BUILTIN = (
     ),
     Estimator(
         name="umas", inputs=("node_confidence", "node_mask"), optional_inputs=("edges",),
-        params=(CONFIDENCE,), **_kernels("umas", "umas"),
+        params=(CONFIDENCE,), memory="umas:umas_memory", **_kernels("umas", "umas"),
         description="UMAS trust-weighted dynamic confidence over the interaction graph",
     ),
     Estimator(
@@ -444,7 +514,7 @@ _BUILTIN = (
     ),
     Estimator(
         name="uaad", inputs=("round_risk", "agreement", "round_mask", "n_agents"),
-        params=UAAD_PARAMS,
+        params=UAAD_PARAMS, constraints=uaad_constraints,
         outputs=("uaad", "uaad_max_risk", "uaad_tier", "uaad_stop", "uaad_calls"),
         **_kernels("uaad", "uaad"),
         description="UAAD: the round-0 step risk that routes (also: the largest risk of any "
@@ -490,8 +560,9 @@ def register(estimator: Estimator, *, replace: bool = False) -> Estimator:
         for p in estimator.params:
             for q in other.params:
                 if p.name == q.name and (p.low, p.high, p.low_open, p.high_open, p.choices,
-                                         p.kernel) != (q.low, q.high, q.low_open,
-                                                       q.high_open, q.choices, q.kernel):
+                                         p.integer, p.kernel) != (
+                        q.low, q.high, q.low_open, q.high_open, q.choices, q.integer,
+                        q.kernel):
                     raise ValueError(f"estimator {name!r}: parameter {p.name!r} differs from "
                                      f"{other.name!r}'s parameter of that name")
     _REGISTRY[name] = estimator
@@ -521,16 +592,49 @@ def takers(param: str) -> list[str]:
 
 
 def check_params(params: Mapping[str, object], methods=None) -> None:
-    """Refuse estimator parameters that would be ignored.
+    """Refuse estimator parameters that would be ignored or that no run could use, before
+    any record is read.
 
     Args:
-      params: parameter name -> value (``None`` values are not given and not checked).
-      methods: the estimators that will run (``None``: not known yet, only names are checked).
+      params: parameter name -> value (``None`` values are not given and not checked); a
+        value is a scalar, or a mapping protocol -> scalar (each checked), or an array (one
+        per trajectory, checked when it is scored).
+      methods: the estimators that will run (``None``: not known yet; the values are
+        checked against every estimator that takes them).
 
     Raises:
       TypeError: a name no estimator takes (naming it, a close match, and the known ones).
-      ValueError: a parameter none of ``methods`` takes (naming the estimators that do).
+      ValueError: a parameter none of ``methods`` takes (naming the estimators that do); a
+        value outside its parameter's range; scalar values that do not fit together under
+        an estimator's ``constraints`` (the others at their defaults), e.g. UAAD's
+        ``risk_low >= risk_high`` or weights that do not sum to 1.
     """
+    _check_names(params, methods)
+    runs = [est for name, est in _REGISTRY.items() if methods is None or name in methods]
+    for est in runs:
+        scalars: dict[str, Any] = {}
+        for p in est.params:
+            value = params.get(p.name)
+            if value is None:
+                if p.default is not None:
+                    scalars[p.name] = p.default
+                continue
+            if isinstance(value, Mapping):
+                for proto, v in value.items():
+                    try:
+                        p.check(v)
+                    except ValueError as exc:
+                        raise ValueError(f"{exc} (protocol {proto!r})") from None
+            elif np.ndim(value) == 0:  # type: ignore[arg-type]
+                scalars[p.name] = p.check(value)
+        if est.constraints is not None:
+            given = {k for k, v in params.items() if v is not None and k in est.param_names}
+            if given:  # the defaults alone are the estimator's own business
+                est.constraints(scalars, None)
+
+
+def _check_names(params: Mapping[str, object], methods) -> None:
+    """The name checks of :func:`check_params`."""
     import difflib
 
     known = sorted({p for est in _REGISTRY.values() for p in est.param_names})

@@ -15,6 +15,7 @@ import numpy as np
 
 from fastuq.engine.batch import Batch
 from fastuq.engine.inputs import INPUTS, Context
+from fastuq.engine.memory import check_memory
 from fastuq.engine.registry import Estimator, get_estimator
 from fastuq.engine.runtime import run_bucketed
 
@@ -45,6 +46,9 @@ def _apply(*arrays, estimator: str, n_inputs: int, optional: tuple[str, ...],
     function of static names, so compiled per-device wrappers are cached)."""
     est = get_estimator(estimator)
     inputs = arrays[:n_inputs]
+    # the shapes as this device gets them (padded; traced under shard_map): a call that
+    # cannot fit is refused here, before the kernel allocates anything
+    check_memory(est, [x.shape for x in inputs], inputs[0].dtype, "jax")
     rest = arrays[n_inputs:]
     kw = dict(zip(optional, rest[:len(optional)], strict=True))
     kw.update(zip(params, rest[len(optional):], strict=True))
@@ -75,6 +79,7 @@ def call_kernel(
     present = {k: v for k, v in optional.items() if v is not None}
     if backend == "numpy":  # host kernels: device-packed inputs come back unpadded
         inputs = [np.asarray(x) for x in inputs]
+        check_memory(est, [x.shape for x in inputs], dtype, "numpy")
         present = {k: np.asarray(v) for k, v in present.items()}
         return outputs_of(est, est.kernel_fn("numpy")(*inputs, **present, **params))
     est.kernel_fn(backend)  # checks the backend; import errors before the bucketed loop
@@ -117,7 +122,10 @@ def prepare_estimator(
     optional = {name: INPUTS[name].build(ctx) for name in est.optional_inputs}
     overrides = {p.name: params.get(p.name) for p in est.kernel_params}
     protos = None
-    if est.presets and any(v is None or isinstance(v, Mapping) for v in overrides.values()):
+    if any(isinstance(v, Mapping) for v in overrides.values()) or (
+            est.presets and any(v is None for v in overrides.values())):
+        # a per-protocol override is read by protocol whether or not the estimator has
+        # presets (without them, it was ignored and the default used)
         protos = batch.protocol(protocol)
     values = est.param_values(batch.n, protos, overrides, batch.dtype, batch.labels)
     return inputs, optional, values

@@ -821,9 +821,13 @@ def iter_scores(
     kw = dict(methods=methods, protocol=protocol, params=params, dtype=dtype,
               observation_noise=observation_noise, math=math, processes=processes, info=info,
               pack=pack)
+    values = check == "corpus"  # every value of the checked columns, whichever methods run
     if skip:
-        stream = _prefetch(_structural_problems(chunk, seen) for chunk in reader)
+        stream = _prefetch(_with_value_problems(_structural_problems(chunk, seen), values)
+                           for chunk in reader)
     else:
+        if values:
+            reader = (_values_checked(chunk) for chunk in reader)
         if kept is not None:
             reader = (_keep_columns(chunk, kept) for chunk in reader)
         stream = _prefetch(_prepared(_prefetch(reader), seen, backend=backend,
@@ -844,6 +848,37 @@ def iter_scores(
     finally:
         stream.close()  # stops the pipeline's threads before the id index goes
         seen.close()
+
+
+def _values_checked(chunk):
+    """``chunk``, after checking the values of every column of
+    :data:`~fastuq.engine.skip.CORPUS_CHECKED_VALUES` it has (``check="corpus"``; run on
+    the reader thread, before the columns read only for the check are dropped). Raises
+    :class:`RecordError` naming the first bad record (its trajectory, source row, round,
+    agent and field)."""
+    from fastuq.engine.skip import column_problems
+    from fastuq.io.schema import Problems
+
+    table = chunk.table
+    rows = np.arange(chunk.source_row0, chunk.source_row0 + table.num_rows)
+    problems = Problems(table, chunk.source, rows=rows, first_only=False)
+    column_problems(table, problems)
+    if problems.bad:
+        first = min(problems.bad)
+        raise RecordError(problems.bad[first], row=first)
+    return chunk
+
+
+def _with_value_problems(item, values: bool):
+    """:func:`_structural_problems`'s ``(chunk, table, problems)`` with the value problems of
+    ``check="corpus"`` added to ``problems`` (``values``), for ``on_error="skip"``."""
+    if values:
+        from fastuq.engine.skip import column_problems
+
+        chunk, table, problems = item
+        if table.num_rows:
+            column_problems(table, problems)
+    return item
 
 
 def _keep_columns(chunk, kept: set[str]):

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from fastuq.io.arrow_lists import combined, list_lengths, starts
 from fastuq.io.schema import Problems
 
-__all__ = ["input_problems"]
+__all__ = ["CORPUS_CHECKED_VALUES", "column_problems", "input_problems"]
 
 
 class _Pending(str):
@@ -189,6 +189,52 @@ def input_problems(
                     bad = lp.is_valid().to_numpy(zero_copy_only=False) & ~(v >= 1)
                 _report_nodes(problems, bad, r_len, a_len,
                               lambda k: f"n_tokens = {v[k]} is missing or below 1")
+    _name_pending(table, problems)
+
+
+#: The columns whose values ``check="corpus"`` checks wherever the corpus has them, whichever
+#: methods run: the per-round signals and the node columns a builder checks when a method
+#: reads them (the same rules; :mod:`fastuq.engine.inputs`).
+CORPUS_CHECKED_VALUES = ("agreement", "token_entropy", "seq_logprob", "n_tokens", "belief",
+                         "answer_logprob")
+
+
+def column_problems(table: pa.Table, problems: Problems,
+                    skip: frozenset[str] | set[str] = frozenset()) -> None:
+    """Report into ``problems`` every record with a bad value in a column of
+    :data:`CORPUS_CHECKED_VALUES` that ``table`` has (``check="corpus"``), except the
+    columns in ``skip`` (already checked by the methods that read them).
+
+    Every given value is checked by the rule of the input built from it: ``agreement``
+    finite in [0, 1] (and a round at least), ``token_entropy`` finite >= 0,
+    ``seq_logprob`` and ``answer_logprob`` finite <= 0, ``n_tokens`` >= 1, ``belief``
+    finite in [0, 1]. A null (an agent that did not speak) is not a value; whether a
+    column must be given where another is is the business of the methods that read both.
+    Messages read ``trajectory 'id' (SOURCE row R), round t[, agent a]: FIELD = V ...``.
+    """
+    names = set(table.column_names) - set(skip)
+    if "agreement" in names:
+        _per_round(table, "agreement", problems, (
+            (lambda v: ~np.isfinite(v), "is missing or not finite"),
+            (lambda v: (v < 0) | (v > 1), "is outside [0, 1]"),
+        ))
+    if "token_entropy" in names:
+        _per_round(table, "token_entropy", problems, (
+            (lambda v: ~np.isfinite(v), "is missing or not finite"),
+            (lambda v: v < 0, "is negative"),
+        ))
+    nodes = (
+        ("seq_logprob", lambda v: ~(np.isfinite(v) & (v <= 0)),
+         "is not a finite log-probability <= 0"),
+        ("n_tokens", lambda v: ~(v >= 1), "is below 1 (a response has a token at least)"),
+        ("belief", lambda v: ~(np.isfinite(v) & (v >= 0) & (v <= 1)),
+         "is not a finite probability in [0, 1]"),
+        ("answer_logprob", lambda v: ~(np.isfinite(v) & (v <= 0)),
+         "is not a finite log-probability <= 0"),
+    )
+    for name, bad_fn, what in nodes:
+        if name in names:
+            _node_values(table, name, problems, bad_fn, what, empty=False)
     _name_pending(table, problems)
 
 

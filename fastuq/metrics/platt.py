@@ -279,11 +279,26 @@ def _newton(
     if not done.all():
         warnings.warn(
             f"Platt scaling: Newton's method did not converge in {_MAX_ITER} iterations for "
-            f"{int((~done).sum())} (fold, column) fits (separable scores with C=None?)",
+            f"{int((~done).sum())} (fold, column) fits: {unconverged(~done)} (separable "
+            f"scores with C=None?)",
             PlattConvergenceWarning,
             stacklevel=4,
         )
     return v, b
+
+
+def unconverged(bad: np.ndarray, most: int = 8) -> str:
+    """The fits of ``bad [F, C]`` (True: not converged) in words, by column and fold:
+    ``"column 0: folds 1, 3; column 2: fold 0"`` (at most ``most`` columns named)."""
+    parts = []
+    cols = np.flatnonzero(bad.any(axis=0))
+    for c in cols[:most]:
+        folds = np.flatnonzero(bad[:, c]).tolist()
+        parts.append(f"column {int(c)}: fold{'s' if len(folds) > 1 else ''} "
+                     f"{', '.join(map(str, folds))}")
+    if len(cols) > most:
+        parts.append(f"and {len(cols) - most} more column(s)")
+    return "; ".join(parts)
 
 
 def oof_platt(

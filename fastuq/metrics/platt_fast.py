@@ -45,7 +45,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from fastuq.metrics.platt import _MAX_ITER, PlattConvergenceWarning, _sigmoid, newton_fits
+from fastuq.metrics.platt import (
+    _MAX_ITER,
+    PlattConvergenceWarning,
+    _sigmoid,
+    newton_fits,
+    unconverged,
+)
 
 __all__ = ["BLOCK", "WARM_ROWS", "FoldLayout", "platt_columns"]
 
@@ -228,9 +234,9 @@ def _blocked(values: np.ndarray, block: int, dtype=np.float64, *,
 
 def _one_column(
     layout: FoldLayout, x: np.ndarray, lam: float, device, n_bins: int, want_prob: bool
-) -> tuple[np.ndarray | None, float, np.ndarray, bool]:
+) -> tuple[np.ndarray | None, float, np.ndarray, np.ndarray]:
     """Fit one column ``x [N]``: ``(held-out probabilities [N] in row order or None, Brier,
-    ECE, converged)``."""
+    ECE, converged [F] per fold)``."""
     import jax
 
     nf = layout.nf
@@ -288,7 +294,7 @@ def _one_column(
         t *= v[seg]
         t += b[seg]
         prob[layout.perm] = _sigmoid(t)
-    return prob, float(brier) / layout.n, ece, bool(done.all())
+    return prob, float(brier) / layout.n, ece, np.asarray(done, bool)
 
 
 def platt_columns(
@@ -330,11 +336,12 @@ def platt_columns(
     else:
         with ThreadPoolExecutor(workers) as pool:
             results = list(pool.map(job, range(len(columns))))
-    bad = sum(not r[3] for r in results)
-    if bad:
+    failed = ~np.column_stack([r[3] for r in results]) if results else np.zeros((0, 0), bool)
+    if failed.any():
         warnings.warn(
             f"Platt scaling: Newton's method did not converge in {_MAX_ITER} iterations for "
-            f"the fits of {bad} column(s) (separable scores with C=None?)",
+            f"{int(failed.sum())} (fold, column) fits: {unconverged(failed)} (separable "
+            f"scores with C=None?)",
             PlattConvergenceWarning,
             stacklevel=3,
         )

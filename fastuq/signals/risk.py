@@ -66,9 +66,12 @@ def round_risk_from_steps(
       weights: ``(w_h, w_q, w_d)``.
       ids: trajectory ids for messages.
 
-    A round without any step has risk 0. Raises :class:`RecordError` naming the trajectory,
-    round, agent, step and field where the three columns differ in shape or a value is
-    missing, not finite or outside [0, 1].
+    Raises :class:`RecordError` naming the trajectory, round, agent, step and field where
+    the three columns differ in shape or a value is missing, not finite or outside [0, 1],
+    and naming the trajectory and round of an executed round without any step (no agent
+    has a step there): its risk is unknown, and is neither taken as 0 nor derived from
+    other columns (a corpus without the step columns derives every round's risk, see
+    :func:`round_risk_derived`).
     """
     cols = [combined(columns[name]) for name in STEP_COLUMNS]
     n = len(cols[0])
@@ -113,7 +116,15 @@ def round_risk_from_steps(
         total += w * v
     node_max = _segment_max(total, base[3], -np.inf)
     round_max = _segment_max(node_max, base[2], -np.inf)
-    round_max = np.where(np.isfinite(round_max), round_max, 0.0)
+    empty = ~np.isfinite(round_max)  # no agent of the round has a step
+    if empty.any():
+        owner = _owner_of(1, int(np.argmax(empty)), base[1], base[2])
+        raise RecordError(
+            f"trajectory {_name(ids, owner[0])}{_where(owner)}: no step signals (every "
+            f"agent's {', '.join(STEP_COLUMNS)} list is null or empty), so the round has no "
+            f"risk; give its steps, or leave out the three step columns to derive every "
+            f"round's risk from agreement, token_entropy and answers (field step_h)",
+            row=owner[0])
     return pack_offsets(round_max, offsets(base[1]), dtype=dtype)
 
 
