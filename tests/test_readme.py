@@ -123,12 +123,7 @@ EXCLUDED: dict[str, str] = {
 
 #: Steps that fail today because of bugs other changes fix (strict xfail: remove the entry
 #: when the fix lands).
-XFAIL: dict[str, str] = {
-    "fastuq gate scored.parquet --score consistency --higher-passes":
-        "issue item 8: gate --score consistency recomputes the score from texts (error: no "
-        "column 'texts') instead of reading the corpus's consistency column (fixed on "
-        "another branch)",
-}
+XFAIL: dict[str, str] = {}
 
 #: Unlabelled blocks that are no commands, by their first line.
 NOT_CODE: dict[str, str] = {
