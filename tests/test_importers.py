@@ -20,7 +20,7 @@ from fastuq.importers import import_du, import_dylan, import_logs, parse_gold
 DATA = Path(__file__).parent / "data"
 DYLAN = DATA / "dylan_math"
 DU = DATA / "du_debate.json"
-CANONICAL = ["trajectory_id", "question_id", "protocol", "n_agents", "reference",
+CANONICAL = ["trajectory_id", "question_id", "protocol", "source", "n_agents", "reference",
              "final_answer", "correct", "agreement", "answers", "texts", "flags"]
 
 

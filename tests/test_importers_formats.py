@@ -35,7 +35,7 @@ AGORA = DATA / "agora"
 CHATEVAL = DATA / "chateval"
 MAD = DATA / "mad"
 GENERIC = DATA / "generic"
-CANONICAL = ["trajectory_id", "question_id", "protocol", "n_agents", "reference",
+CANONICAL = ["trajectory_id", "question_id", "protocol", "source", "n_agents", "reference",
              "final_answer", "correct", "agreement", "answers", "texts", "flags"]
 
 
@@ -98,7 +98,9 @@ def test_ford_schema_and_order():
     assert t.column("trajectory_id").to_pylist() == [
         "final/copa:0", "final/copa:1", "final/copa:2", "final/copa:3",
         "round0/copa_agreed:0", "round0/copa_agreed:1", "table/piqa_candidate:0"]
-    assert set(t.column("protocol").to_pylist()) == {"ford"}
+    # a two-agent turn-taking debate (and the round table) is a debate; FORD is its source
+    assert set(t.column("protocol").to_pylist()) == {"debate"}
+    assert set(t.column("source").to_pylist()) == {"ford"}
 
 
 def test_ford_round0_agreed(ford):
@@ -224,7 +226,7 @@ def test_agora_results():
     assert list(rows) == ["gsm_result:0", "gsm_result:1", "mmlu_result_cot:0"]
     r = rows["gsm_result:0"]  # GSM8K gold after ####; "question." states no number
     assert (r["protocol"], r["n_agents"], r["agents"]) == \
-        ("agora", 3, ["llama", "wizardlm", "orca"])
+        ("debate", 3, ["llama", "wizardlm", "orca"])
     assert r["reference"] == "12"
     assert r["answers"] == [["12", "10", None], ["12", "12", "12"], ["12", "12", "12"]]
     assert r["agreement"] == [1 / 3, 1.0, 1.0]
@@ -281,7 +283,7 @@ def test_chateval_scores_with_references():
     assert t.column_names == CANONICAL + ["question", "agents"]
     rows = _rows(t)
     r = rows["pair_comparison_results:0"]
-    assert (r["protocol"], r["n_agents"]) == ("chateval", 3)
+    assert (r["protocol"], r["source"], r["n_agents"]) == ("debate", "chateval", 3)
     assert r["agents"] == ["General Public", "Critic", "News Author"]
     # 8-6 for gpt35, 7-7, 6-9 for vicuna: one vote each; summed 21 vs 22: vicuna
     assert r["answers"] == [["gpt35", "tie", "vicuna"]]
@@ -345,7 +347,7 @@ def test_mad_debates():
     rows = _rows(t)
     assert list(rows) == ["0", "1", "2"]  # the file names below the folder
     r = rows["0"]  # the affirmative side gives in; the moderator decides "(B)"
-    assert (r["protocol"], r["n_agents"]) == ("mad", 2)
+    assert (r["protocol"], r["source"], r["n_agents"]) == ("debate", "mad", 2)
     assert r["agents"] == ["Affirmative side", "Negative side"]
     assert r["answers"] == [["A", "B"], ["B", "B"]]
     assert r["agreement"] == [0.5, 1.0]
@@ -421,7 +423,8 @@ def test_generic_long_layout_jsonl_and_parquet(tmp_path):
     assert list(rows) == ["r1", "r2", "r3"]
     r = rows["r1"]  # rows out of order; agents sorted alice, bob, carol; rounds 1, 2
     assert (r["question_id"], r["protocol"], r["n_agents"], r["agents"]) == \
-        ("101", "generic", 3, ["alice", "bob", "carol"])
+        ("101", "debate", 3, ["alice", "bob", "carol"])
+    assert r["source"] == "generic"  # the defaults: a debate, from the generic mapping
     assert r["texts"] == [[r"2 + 3 = \boxed{5}", "The answer is 5.", "I think it is 6."],
                           [r"\boxed{5}", r"Checking again: \boxed{5}", None]]
     # no answer column: extracted from the texts, guided by the numeric gold "#### 5"
@@ -592,7 +595,8 @@ def test_cli_import_detects_and_says_so(tmp_path, monkeypatch, capsys):
     text = capsys.readouterr().out
     assert f"detected format: ford (from {FORD / 'final' / 'copa.jsonl'})" in text
     assert "imported 7 trajectories" in text
-    assert "protocols: ford 7" in text
+    assert "protocols: debate 7" in text
+    assert "sources: ford 7" in text
     assert pq.read_table(out).equals(import_ford(FORD))
     # naming the format: no detection line, the same table
     out2 = tmp_path / "ford2.parquet"
@@ -639,3 +643,168 @@ def test_cli_import_generic_and_options(tmp_path, monkeypatch, capsys):
     assert "cannot tell the format (recognised: dylan, du, ford, agora, chateval, mad)" in err
     assert _main(monkeypatch, ["import", "ford", "-o", str(out)]) == 2
     assert "give the logs to import after ford" in capsys.readouterr().err
+
+
+# --- fastuq's own imports score with the default presets ---------------------------------------
+
+
+def _sauce_by_hand(agreement: list[float], r: float, lam=0.95, q=0.10, v0=0.25, mu0=0.0
+                   ) -> float:
+    """SAUCE's score under the debate preset with R_t = r in every round, written out from
+    DESIGN.md (predict, gain with 1e-8 in the denominator, update; -mean of the means)."""
+    mu, var, means = mu0, v0, []
+    for m in agreement:
+        mu_pred, var_pred = lam * mu, lam * lam * var + q
+        gain = var_pred / (var_pred + r + 1e-8)
+        mu = mu_pred + gain * (m - mu_pred)
+        var = max((1 - gain) * var_pred, 1e-15)
+        means.append(mu)
+    return -sum(means) / len(means)
+
+
+@pytest.mark.parametrize("fmt, src", [("ford", [FORD / "final", FORD / "round0"]),
+                                      ("agora", [AGORA])])
+def test_ford_and_agora_imports_score_eval_report_with_the_defaults(
+        fmt, src, tmp_path, monkeypatch, capsys):
+    corpus = tmp_path / f"{fmt}.parquet"
+    assert _main(monkeypatch, ["import", fmt, *map(str, src), "-o", str(corpus)]) == 0
+    t = pq.read_table(corpus)
+    # the protocol is the interaction structure (presets exist), the format is the source
+    assert set(t.column("protocol").to_pylist()) == {"debate"}
+    assert set(t.column("source").to_pylist()) == {fmt}
+    assert t.schema.field("source").type == pa.string()
+    # the logs carry no log-probabilities: SAUCE runs on agreement with a constant noise
+    noise = ["--observation-noise", "0.1"]
+    scores = tmp_path / "s.parquet"
+    assert _main(monkeypatch, ["score", str(corpus), "-o", str(scores), *noise]) == 0
+    got = dict(zip(*pq.read_table(scores).select(["trajectory_id", "sauce"]).to_pydict()
+                   .values(), strict=True))
+    for tid, agreement in zip(t.column("trajectory_id").to_pylist(),
+                              t.column("agreement").to_pylist(), strict=True):
+        assert got[tid] == pytest.approx(_sauce_by_hand(agreement, 0.1), rel=1e-9, abs=1e-12)
+    assert _main(monkeypatch, ["eval", str(corpus), *noise]) == 0
+    assert _main(monkeypatch, ["report", str(corpus), *noise, "-o",
+                               str(tmp_path / "r.html")]) == 0
+    capsys.readouterr()
+    assert _main(monkeypatch, ["score", str(corpus), "--method", "all", *noise, "-o",
+                               str(tmp_path / "all.parquet")]) == 0
+    out = capsys.readouterr().err
+    assert "sauce" in pq.read_table(tmp_path / "all.parquet").column_names
+    assert "has no preset" not in out
+    assert _main(monkeypatch, ["score", str(corpus), "--method", "all", "-o",
+                               str(tmp_path / "all2.parquet")]) == 0
+
+
+def _mystery_corpus(path: Path) -> Path:
+    pq.write_table(pa.table({
+        "trajectory_id": ["a", "b", "c"], "protocol": ["mystery", "mystery", "debate"],
+        "source": ["ford", "ford", "ford"],  # metadata: never picks a preset
+        "n_agents": pa.array([2, 2, 2], pa.int32()),
+        "agreement": [[0.5, 1.0], [1.0], [0.5]], "correct": [True, False, True]}), path)
+    return path
+
+
+def test_protocol_without_a_preset_lists_every_missing_parameter(tmp_path, monkeypatch,
+                                                                  capsys):
+    corpus = _mystery_corpus(tmp_path / "m.parquet")
+    noise = ["--observation-noise", "0.1"]
+    assert _main(monkeypatch, ["score", str(corpus), "-o", str(tmp_path / "s.parquet"),
+                               *noise]) != 0
+    err = capsys.readouterr().err
+    assert "trajectory 'a'" in err and "field protocol" in err
+    assert "protocol 'mystery' has no preset" in err
+    assert "lam, q, sigma2_0, mu_0 have no value" in err
+    assert "--lam, --q, --sigma2-0, --mu-0" in err
+    assert "--protocol debate|dylan" in err
+    # what the caller gives is not listed
+    assert _main(monkeypatch, ["score", str(corpus), "-o", str(tmp_path / "s.parquet"),
+                               *noise, "--lam", "0.9", "--mu-0", "0"]) != 0
+    err = capsys.readouterr().err
+    assert "q, sigma2_0 have no value" in err and "lam," not in err
+    # --protocol, as suggested, scores every record under that preset
+    assert _main(monkeypatch, ["score", str(corpus), "-o", str(tmp_path / "s.parquet"),
+                               *noise, "--protocol", "debate"]) == 0
+    got = pq.read_table(tmp_path / "s.parquet").column("sauce").to_pylist()
+    want = [_sauce_by_hand(a, 0.1) for a in ([0.5, 1.0], [1.0], [0.5])]
+    assert got == pytest.approx(want, rel=1e-9, abs=1e-12)
+    # from Python: the same message
+    import fastuq
+
+    with pytest.raises(ValueError, match=r"lam, q, sigma2_0, mu_0 have no value.*--protocol"):
+        fastuq.sauce_batch([[0.5, 1.0]], [[0.1, 0.1]], protocol="mystery")
+
+
+def test_method_all_leaves_out_an_estimator_without_preset_with_a_note(tmp_path, monkeypatch,
+                                                                        capsys):
+    corpus = _mystery_corpus(tmp_path / "m.parquet")
+    out = tmp_path / "all.parquet"
+    assert _main(monkeypatch, ["score", str(corpus), "--method", "all", "--observation-noise",
+                               "0.1", "-o", str(out)]) == 0
+    text = capsys.readouterr().err  # the note goes where --method all's notes go
+    assert ("sauce (protocol 'mystery' has no preset: needs lam, q, sigma2_0, mu_0, or "
+            "--protocol debate|dylan)") in text
+    cols = pq.read_table(out).column_names
+    assert "sauce" not in cols
+    # the agreement baselines need no preset and still run: minus the last agreement
+    assert pq.read_table(out).column("last_agreement").to_pylist() == [-1.0, -1.0, -0.5]
+    # with every parameter given, nothing is left out for want of a preset
+    assert _main(monkeypatch, ["score", str(corpus), "--method", "all", "--observation-noise",
+                               "0.1", "--lam", "0.9", "--q", "0.1", "--sigma2-0", "0.25",
+                               "--mu-0", "0", "-o", str(out)]) == 0
+    assert "has no preset" not in capsys.readouterr().err
+    assert "sauce" in pq.read_table(out).column_names
+
+
+# --- self-consistency logs through the generic mapping -----------------------------------------
+
+
+def test_generic_self_consistency_samples_with_gold_joined_from_a_second_file():
+    t = import_generic(GENERIC / "sc.jsonl", config=GENERIC / "sc.toml")
+    rows = _rows(t)
+    assert list(rows) == ["sc:0", "sc:1"]
+    r = rows["sc:0"]  # three samples: 72, 72, 70 -> round 0; gold "#### 72" (id 1, line 2)
+    assert (r["question_id"], r["protocol"], r["source"], r["n_agents"]) == \
+        ("1", "self_consistency", "gsm8k_sc", 3)
+    assert r["reference"] == "72"
+    assert r["answers"] == [["72", "72", "70"]]
+    assert r["agreement"] == [2 / 3]
+    assert (r["final_answer"], r["correct"]) == ("72", True)
+    r = rows["sc:1"]  # qid "2" matches the gold's integer id 2; a null sample is a null node
+    assert (r["question_id"], r["n_agents"], r["reference"]) == ("2", 5, "10")
+    assert r["texts"][0][2] is None
+    # "$10" and "10" vote together, "600" alone, "I am not sure." states nothing
+    assert r["answers"] == [["10", "10", None, "600", None]]
+    assert r["agreement"] == [2 / 5]
+    assert (r["final_answer"], r["correct"], r["flags"]) == ("10", True, [])
+
+
+def test_generic_gold_file_errors(tmp_path):
+    (tmp_path / "sc.jsonl").write_text((GENERIC / "sc.jsonl").read_text())
+    base = _toml(GENERIC / "sc.toml")
+    gold = tmp_path / "gold.jsonl"
+    gold.write_text('{"id": 1, "answer": "#### 72"}\n{"id": "1", "answer": "#### 7"}\n')
+    with pytest.raises(ValueError, match=r"gold.jsonl: record 1 \('1'\): question id repeats "
+                                         r"record 0's \(gold.key\)"):
+        load_mapping({**base, "gold": {"file": str(gold), "key": "id", "answer": "answer"}})
+    gold.write_text('{"id": 1, "answer": "#### 72"}\n')
+    mapping = load_mapping({**base, "gold": {"file": str(gold), "key": "id",
+                                             "answer": "answer"}})
+    with pytest.raises(ValueError, match=r"sc.jsonl: record 1 \('2'\): question id '2' is not "
+                                         r"in the \[gold\] file"):
+        import_generic(tmp_path / "sc.jsonl", config=mapping)
+    with pytest.raises(ValueError, match=r"gold.jsonl: record 0: missing field 'gold' "
+                                         r"\(gold.answer\)"):
+        load_mapping({**base, "gold": {"file": str(gold), "key": "id", "answer": "gold"}})
+    with pytest.raises(ValueError, match=r"missing key 'gold.answer'"):
+        load_mapping({**base, "gold": {"file": str(gold), "key": "id"}})
+    with pytest.raises(ValueError, match=r"trajectory.reference or a \[gold\] file"):
+        load_mapping({**base, "trajectory": {**base["trajectory"], "reference": "g"}})
+    with pytest.raises(ValueError, match=r"rounds .* or trajectory.samples .*not both"):
+        load_mapping({**base, "trajectory": {**base["trajectory"], "rounds": "r"}})
+    with pytest.raises(FileNotFoundError, match="no such gold file"):
+        load_mapping({**base, "gold": {"file": str(tmp_path / "nope.jsonl"), "key": "id",
+                                       "answer": "answer"}})
+    with pytest.raises(ValueError, match=r"samples 'samples' must be a non-empty list"):
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text('{"qid": 1, "samples": []}\n')
+        import_generic(bad, config=mapping)

@@ -104,6 +104,10 @@ def summarize(table, seconds: float | None = None) -> str:
     lines = [f"imported {n:,} trajectories{took}"]
     protos = Counter(table.column("protocol").to_pylist())
     lines.append("protocols: " + ", ".join(f"{k} {v:,}" for k, v in sorted(protos.items())))
+    if "source" in table.column_names:
+        sources = Counter(table.column("source").to_pylist())
+        lines.append("sources: " + ", ".join(f"{k} {v:,}" for k, v in
+                                             sorted(sources.items(), key=lambda kv: str(kv[0]))))
     lines.append("shapes (responses per round: trajectories):")
     for shape, count in sorted(shapes.items(), key=lambda kv: (len(kv[0]), kv[0])):
         lines.append(f"  {list(shape)}: {count:,}")

@@ -93,6 +93,9 @@ def _file_columns(fmt: str, path: Path, math: bool, options: Mapping, name: str
     """Parse one file and derive its columns (the unit of work of a worker process)."""
     parse = _parser(fmt, options)
     records = parse(path, name=name) if fmt in _NAMED else parse(path)
+    for rec in records:  # the format, unless the parser knows better (a mapping's source)
+        if rec.source is None:
+            rec.source = fmt
     return derive_columns(records, math=math, extra_names=[f.name for f in _EXTRA[fmt]])
 
 

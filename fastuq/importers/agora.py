@@ -68,7 +68,7 @@ def _parse_record(path: Path, name: str, index: int, rec: object) -> ParsedRecor
     return ParsedRecord(
         trajectory_id=f"{name}:{index}",
         question=question.strip(),
-        protocol="agora",
+        protocol="debate",
         n_agents=len(per_agent),
         reference=parse_gold(gold),
         texts=texts,

@@ -149,7 +149,7 @@ def _parse_record(path: Path, name: str, index: int, rec: object, reverse: bool,
     return ParsedRecord(
         trajectory_id=f"{name}:{index}",
         question=question.strip(),
-        protocol="chateval",
+        protocol="debate",
         n_agents=len(texts),
         reference=gold,
         texts=[texts],

@@ -77,7 +77,7 @@ FinalRule = Literal["last_round", "all_rounds", "given"]
 
 _BASE_FIELDS = [
     CANONICAL.field(name)
-    for name in ("trajectory_id", "question_id", "protocol", "n_agents", "reference",
+    for name in ("trajectory_id", "question_id", "protocol", "source", "n_agents", "reference",
                  "final_answer", "correct", "agreement", "answers", "texts", "flags")
 ] + [pa.field("question", pa.string())]
 
@@ -88,6 +88,8 @@ class ParsedRecord:
 
     trajectory_id: str
     question: str
+    #: the interaction structure (``debate``, ``dylan``, ``self_consistency``, ...): selects
+    #: presets
     protocol: str
     n_agents: int
     reference: str | None
@@ -106,6 +108,8 @@ class ParsedRecord:
     final: str | None = None
     #: the log's own question id (None: :func:`question_id` of ``question``)
     qid: str | None = None
+    #: the log format or data set it came from (``ford``, ``agora``, ...): metadata only
+    source: str | None = None
 
     def __post_init__(self) -> None:
         if self.final_rule not in ("last_round", "all_rounds", "given"):
@@ -377,6 +381,7 @@ def derive_columns(records: Sequence[ParsedRecord], *, math: bool = False,
         "question_id": [r.qid if r.qid is not None else question_id(r.question)
                         for r in records],
         "protocol": [r.protocol for r in records],
+        "source": [r.source for r in records],
         "n_agents": [r.n_agents for r in records],
         "reference": refs,
         "final_answer": finals,

@@ -111,7 +111,7 @@ def parse_mad_file(path: Path, name: str | None = None) -> list[ParsedRecord]:
     return [ParsedRecord(
         trajectory_id=path.stem if name is None else name,
         question=str(topic).strip(),
-        protocol="mad",
+        protocol="debate",
         n_agents=len(DEBATERS),
         reference=reference,
         texts=texts,
