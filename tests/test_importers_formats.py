@@ -808,3 +808,20 @@ def test_generic_gold_file_errors(tmp_path):
         bad = tmp_path / "bad.jsonl"
         bad.write_text('{"qid": 1, "samples": []}\n')
         import_generic(bad, config=mapping)
+
+
+def test_agora_mmlu_echoed_option_lists_give_no_letter():
+    # hand-written in the shape of LLM-Agora's MMLU/mmlu_result.json: agents that echo the
+    # question or an option list state no letter (main read B, D and C from the lists, so the
+    # second question's last round tied C against B and the final answer was C, wrong)
+    rows = _rows(import_agora(DATA / "agora_echo"))
+    r = rows["mmlu_result:0"]
+    assert r["reference"] == "C"
+    assert r["answers"] == [["C", None, "C"], [None, "C", "C"]]
+    assert r["agreement"] == [2 / 3, 2 / 3]
+    assert (r["final_answer"], r["correct"]) == ("C", True)
+    r = rows["mmlu_result:1"]
+    assert r["reference"] == "B"
+    assert r["answers"] == [[None, None, "B"], [None, None, "B"]]
+    assert r["agreement"] == [1 / 3, 1 / 3]
+    assert (r["final_answer"], r["correct"]) == ("B", True)
