@@ -825,3 +825,110 @@ def test_agora_mmlu_echoed_option_lists_give_no_letter():
     assert r["answers"] == [[None, None, "B"], [None, None, "B"]]
     assert r["agreement"] == [1 / 3, 1 / 3]
     assert (r["final_answer"], r["correct"]) == ("B", True)
+
+
+# --- fastuq import: --on-error skip, formats detected per file, a format named twice ------------
+
+
+def _bad_agora(folder: Path) -> Path:
+    """A copy of gsm_result.json whose record 1 has a list for its answer, and a second
+    result file cut off mid-JSON."""
+    folder.mkdir()
+    data = json.loads((AGORA / "gsm_result.json").read_text())
+    data[1]["answer"] = [12]
+    (folder / "gsm_result.json").write_text(json.dumps(data))
+    (folder / "cut_result.json").write_text('[{"agent_response": ')
+    return folder
+
+
+def test_cli_import_on_error_skip_lists_bad_records_and_files(tmp_path, monkeypatch, capsys):
+    bad = _bad_agora(tmp_path / "bad")
+    out = tmp_path / "a.parquet"
+    assert _main(monkeypatch, ["import", "agora", str(bad), "-o", str(out)]) == 1
+    assert "cut_result.json: malformed JSON" in capsys.readouterr().err  # the first file
+    assert not out.exists()
+    assert _main(monkeypatch, ["import", "agora", str(bad), "-o", str(out), "--on-error",
+                               "skip"]) == 0
+    assert "skipped 2 record(s)" in capsys.readouterr().out
+    t = pq.read_table(out)  # record 0 of gsm_result.json is all that is left
+    assert t.column("trajectory_id").to_pylist() == ["gsm_result:0"]
+    lines = [json.loads(x) for x in (tmp_path / "a.parquet.skipped.jsonl").read_text()
+             .splitlines()]
+    by_file = {Path(x["source"]).name: x for x in lines}
+    assert set(by_file) == {"gsm_result.json", "cut_result.json"}
+    assert by_file["gsm_result.json"]["row"] == 1
+    assert "field 'answer' must be a string or a number" in by_file["gsm_result.json"]["reason"]
+    assert by_file["cut_result.json"]["row"] is None  # the whole file
+    assert "malformed JSON" in by_file["cut_result.json"]["reason"]
+    # --skipped, and --max-skip-fraction: 2 of 3 skipped is too many, nothing written
+    listing = tmp_path / "list.jsonl"
+    out2 = tmp_path / "b.parquet"
+    assert _main(monkeypatch, ["import", "agora", str(bad), "-o", str(out2), "--on-error",
+                               "skip", "--skipped", str(listing), "--max-skip-fraction",
+                               "0.5"]) == 1
+    assert "2 of 3 records" in capsys.readouterr().err
+    assert listing.exists() and not out2.exists()
+    # the skip options need --on-error skip
+    assert _main(monkeypatch, ["import", "agora", str(bad), "-o", str(out2), "--skipped",
+                               str(listing)]) == 2
+    assert "--skipped only applies with --on-error skip" in capsys.readouterr().err
+
+
+def test_import_logs_on_error_skip_from_python(tmp_path):
+    bad = _bad_agora(tmp_path / "bad")
+    skipped: list = []
+    t = import_logs("agora", bad, on_error="skip", skipped=skipped)
+    assert t.num_rows == 1
+    assert sorted((Path(k.source).name, k.record) for k in skipped) == \
+        [("cut_result.json", None), ("gsm_result.json", 1)]
+    with pytest.raises(ValueError, match="on_error must be 'raise' or 'skip'"):
+        import_logs("agora", bad, on_error="ignore")
+
+
+def test_import_detects_each_files_format_in_a_mixed_call(tmp_path, monkeypatch, capsys):
+    srcs = [MAD, FORD / "final", AGORA]
+    t = import_logs("auto", srcs)
+    # each file through its own importer, as when imported alone (ids: paths below the
+    # folder every file shares)
+    alone = {fmt: import_logs(fmt, p) for fmt, p in zip(("mad", "ford", "agora"), srcs,
+                                                        strict=True)}
+    assert t.column("source").to_pylist() == ["mad"] * 3 + ["ford"] * 4 + ["agora"] * 3
+    assert t.column("trajectory_id").to_pylist() == [
+        "mad/0", "mad/1", "mad/2", "ford/final/copa:0", "ford/final/copa:1",
+        "ford/final/copa:2", "ford/final/copa:3", "agora/gsm_result:0", "agora/gsm_result:1",
+        "agora/mmlu_result_cot:0"]
+    for fmt, table in alone.items():
+        mine = t.filter(pa.compute.equal(t.column("source"), fmt))
+        for col in ("final_answer", "correct", "answers", "agreement", "reference"):
+            assert mine.column(col).to_pylist() == table.column(col).to_pylist(), (fmt, col)
+    out = tmp_path / "m.parquet"
+    assert _main(monkeypatch, ["import", *map(str, srcs), "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "detected formats: mad (3 files" in text and "ford (1 file," in text
+    assert "sources: agora 3, ford 4, mad 3" in text
+    assert pq.read_table(out).num_rows == 10
+    # an option of a format none of the files has
+    assert _main(monkeypatch, ["import", *map(str, srcs), "--no-recover", "-o",
+                               str(out)]) == 2
+    assert "--no-recover is for dylan logs, and the logs read as mad, ford, agora" in \
+        capsys.readouterr().err
+
+
+def test_cli_import_format_named_twice_is_an_argument_error(tmp_path, monkeypatch, capsys):
+    import shutil
+
+    shutil.copytree(MAD, tmp_path / "mad")
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "o.parquet"
+    assert _main(monkeypatch, ["import", "mad", "mad", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "the format name 'mad' is given twice" in err and "./mad" in err
+    assert not out.exists()
+    # as suggested: the format, then the folder as a path
+    assert _main(monkeypatch, ["import", "mad", "./mad", "-o", str(out)]) == 0
+    assert pq.read_table(out).column("trajectory_id").to_pylist() == ["0", "1", "2"]
+    # a folder given twice, and a format name among the sources
+    assert _main(monkeypatch, ["import", "mad", "./mad", "mad/", "-o", str(out)]) == 2
+    assert "is given twice" in capsys.readouterr().err
+    assert _main(monkeypatch, ["import", "mad", "./mad", "ford", "-o", str(out)]) == 2
+    assert "'ford' after the format mad is a format name" in capsys.readouterr().err

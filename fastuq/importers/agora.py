@@ -33,7 +33,7 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
-from fastuq.importers.common import ParsedRecord, load_json_list, record_error
+from fastuq.importers.common import ParsedRecord, load_json_list, parse_each, record_error
 from fastuq.importers.du import parse_gold
 
 __all__ = ["parse_agora_file"]
@@ -82,4 +82,4 @@ def parse_agora_file(path: Path, name: str | None = None) -> list[ParsedRecord]:
     ``name``: the file's part of the trajectory ids (default: its stem)."""
     data = load_json_list(path, "LLM-Agora records")
     name = path.stem if name is None else name
-    return [_parse_record(path, name, i, rec) for i, rec in enumerate(data)]
+    return parse_each(path, enumerate(data), lambda i, rec: _parse_record(path, name, i, rec))

@@ -42,6 +42,7 @@ from pathlib import Path
 from fastuq.importers.common import (
     ParsedRecord,
     load_json_list,
+    parse_each,
     record_error,
     short_label,
 )
@@ -169,5 +170,5 @@ def parse_chateval_file(path: Path, name: str | None = None,
     data = load_json_list(path, "ChatEval records")
     reverse = _reversed(path)
     name = path.stem if name is None else name
-    return [_parse_record(path, name, i, rec, reverse, references)
-            for i, rec in enumerate(data)]
+    return parse_each(path, enumerate(data),
+                      lambda i, rec: _parse_record(path, name, i, rec, reverse, references))

@@ -42,6 +42,8 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -65,8 +67,10 @@ __all__ = [
     "load_json",
     "load_json_list",
     "load_json_object",
+    "parse_each",
     "question_id",
     "short_label",
+    "skipping",
     "table_from_columns",
 ]
 
@@ -282,6 +286,47 @@ def load_json_object(path: Path) -> dict:
             f"got {type(data).__name__}"
         )
     return data
+
+
+@dataclass(frozen=True)
+class SkippedRecord:
+    """A record (or a whole file, ``record`` None) that ``on_error="skip"`` left out."""
+
+    source: str
+    record: int | None
+    reason: str
+
+
+_SKIPPING: ContextVar[list[SkippedRecord] | None] = ContextVar("fastuq_import_skipping",
+                                                               default=None)
+
+
+@contextmanager
+def skipping(into: list[SkippedRecord]) -> Iterator[list[SkippedRecord]]:
+    """Within the block, :func:`parse_each` leaves out a record whose parse raises
+    ``ValueError`` and appends it, with the message, to ``into``."""
+    token = _SKIPPING.set(into)
+    try:
+        yield into
+    finally:
+        _SKIPPING.reset(token)
+
+
+def parse_each(path: Path, items: Iterable[tuple[int, object]],
+               parse_one: Callable[[int, object], ParsedRecord]) -> list[ParsedRecord]:
+    """``[parse_one(index, item) for index, item in items]``; inside :func:`skipping`, a
+    record whose parse raises ``ValueError`` (a bad record, named by the message) is left
+    out and listed instead of ending the file."""
+    into = _SKIPPING.get()
+    if into is None:
+        return [parse_one(index, item) for index, item in items]
+    out = []
+    for index, item in items:
+        try:
+            out.append(parse_one(index, item))
+        except ValueError as exc:
+            into.append(SkippedRecord(str(path), index, str(exc)))
+    return out
 
 
 def record_error(path: Path, index: int, key: str, what: str, *,

@@ -125,6 +125,7 @@ from fastuq.importers.common import (
     get_path,
     iter_jsonl,
     load_json_list,
+    parse_each,
     record_error,
     short_label,
 )
@@ -434,31 +435,34 @@ def _nested_grid(container: object, m: GenericMapping, fail
 
 
 def _parse_nested(path: Path, m: GenericMapping, name: str) -> list[ParsedRecord]:
-    out = []
-    for index, rec in _rows(path, m):
-        try:
-            qid_raw = get_path(rec, m.question_id)
-        except KeyError:
-            raise record_error(path, index, "", f"missing field {m.question_id!r} "
-                               f"(trajectory.question_id)") from None
-        qid = _scalar_id(qid_raw, "question_id", partial(record_error, path, index, ""))
-        fail = partial(record_error, path, index, qid)
-        tid = f"{name}:{index}"
-        if m.trajectory_id is not None:
-            tid = _scalar_id(_field(rec, m.trajectory_id, "trajectory.trajectory_id", fail),
-                             "trajectory_id", fail)
-        if m.samples is not None:
-            samples = _field(rec, m.samples, "trajectory.samples", fail)
-            if not isinstance(samples, list) or not samples:
-                raise fail(f"samples {m.samples!r} must be a non-empty list of responses")
-            nodes, names = [samples], None  # round 0, one slot per sample
-        else:
-            container = _field(rec, m.rounds, "trajectory.rounds", fail)
-            nodes, names = _nested_grid(container, m, fail)
-        grid = [[_node_values(node, m, f"round {t} agent {k}", fail)
-                 for k, node in enumerate(row)] for t, row in enumerate(nodes)]
-        out.append(_record(path, m, tid, qid, rec, fail, grid, names))
-    return out
+    return parse_each(path, _rows(path, m),
+                      lambda index, rec: _nested_record(path, m, name, index, rec))
+
+
+def _nested_record(path: Path, m: GenericMapping, name: str, index: int, rec: dict
+                   ) -> ParsedRecord:
+    try:
+        qid_raw = get_path(rec, m.question_id)
+    except KeyError:
+        raise record_error(path, index, "", f"missing field {m.question_id!r} "
+                           f"(trajectory.question_id)") from None
+    qid = _scalar_id(qid_raw, "question_id", partial(record_error, path, index, ""))
+    fail = partial(record_error, path, index, qid)
+    tid = f"{name}:{index}"
+    if m.trajectory_id is not None:
+        tid = _scalar_id(_field(rec, m.trajectory_id, "trajectory.trajectory_id", fail),
+                         "trajectory_id", fail)
+    if m.samples is not None:
+        samples = _field(rec, m.samples, "trajectory.samples", fail)
+        if not isinstance(samples, list) or not samples:
+            raise fail(f"samples {m.samples!r} must be a non-empty list of responses")
+        nodes, names = [samples], None  # round 0, one slot per sample
+    else:
+        container = _field(rec, m.rounds, "trajectory.rounds", fail)
+        nodes, names = _nested_grid(container, m, fail)
+    grid = [[_node_values(node, m, f"round {t} agent {k}", fail)
+             for k, node in enumerate(row)] for t, row in enumerate(nodes)]
+    return _record(path, m, tid, qid, rec, fail, grid, names)
 
 
 def _sort_key(value: object) -> tuple:
@@ -481,8 +485,8 @@ def _parse_long(path: Path, m: GenericMapping, name: str) -> list[ParsedRecord]:
     shared = [(p, f"trajectory.{n}") for p, n in (
         (m.question_id, "question_id"), (m.question, "question"),
         (m.reference, "reference"), (m.final_answer, "final_answer")) if p is not None]
-    out = []
-    for key, rows in groups.items():
+    def one(_: int, item: tuple[str, list[tuple[int, dict]]]) -> ParsedRecord:
+        key, rows = item
         qid = qids[key]
         head_index, head = rows[0]
         nodes: dict[tuple[int, object], tuple[int, dict]] = {}
@@ -517,10 +521,11 @@ def _parse_long(path: Path, m: GenericMapping, name: str) -> list[ParsedRecord]:
                                             partial(record_error, path, index, qid)))
             grid.append(row)
         tid = key if m.trajectory_id is not None else f"{name}:{qid}"
-        out.append(_record(path, m, tid, qid, head,
-                           partial(record_error, path, head_index, qid), grid,
-                           [str(a) for a in agents]))
-    return out
+        return _record(path, m, tid, qid, head,
+                       partial(record_error, path, head_index, qid), grid,
+                       [str(a) for a in agents])
+
+    return parse_each(path, [(rows[0][0], (key, rows)) for key, rows in groups.items()], one)
 
 
 def parse_generic_file(path: Path, mapping: GenericMapping, name: str | None = None
