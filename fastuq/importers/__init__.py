@@ -44,7 +44,14 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from fastuq.answers.check import _require_math_verify, process_pool
+from fastuq.answers.check import (
+    _require_math_verify,
+    check_answers,
+    math_verdicts,
+    process_pool,
+    recording_pairs,
+    seeded_verdicts,
+)
 from fastuq.importers.agora import parse_agora_file
 from fastuq.importers.chateval import parse_chateval_file, read_references
 from fastuq.importers.common import (
@@ -92,11 +99,10 @@ def _parser(fmt: str, options: Mapping) -> Callable[..., list[ParsedRecord]]:
             "mad": parse_mad_file}[fmt]
 
 
-def _file_columns(fmt: str, path: Path, math: bool, options: Mapping, name: str,
-                  skip: bool = False) -> tuple[dict[str, list] | None, list[SkippedRecord]]:
-    """Parse one file and derive its columns (the unit of work of a worker process), and
-    what ``skip`` left out: its bad records, or the whole file (columns ``None``) when the
-    file itself cannot be read."""
+def _file_records(fmt: str, path: Path, options: Mapping, name: str, skip: bool = False
+                  ) -> tuple[list[ParsedRecord] | None, list[SkippedRecord]]:
+    """Parse one file, and what ``skip`` left out: its bad records, or the whole file
+    (records ``None``) when the file itself cannot be read."""
     parse = _parser(fmt, options)
     skipped: list[SkippedRecord] = []
     try:
@@ -109,8 +115,53 @@ def _file_columns(fmt: str, path: Path, math: bool, options: Mapping, name: str,
     for rec in records:  # the format, unless the parser knows better (a mapping's source)
         if rec.source is None:
             rec.source = fmt
+    return records, skipped
+
+
+def _file_columns(fmt: str, path: Path, math: bool, options: Mapping, name: str,
+                  skip: bool = False) -> tuple[dict[str, list] | None, list[SkippedRecord]]:
+    """Parse one file and derive its columns (the unit of work of a worker process)."""
+    records, skipped = _file_records(fmt, path, options, name, skip)
+    if records is None:
+        return None, skipped
     columns = derive_columns(records, math=math, extra_names=[f.name for f in _EXTRA[fmt]])
     return columns, skipped
+
+
+def _derive_math(fmts: list[str], parsed: list[tuple[list[ParsedRecord] | None, list]],
+                 processes: int | None) -> list[tuple[dict[str, list] | None, list]]:
+    """``derive_columns(math=True)`` of every file's records, with the math-verify checks
+    done once per distinct pair for the whole import and spread over ``processes`` workers
+    (:func:`fastuq.answers.check.math_verdicts`): a dry run collects the pairs the vote
+    classes (and the final answers the dry run finds) need, they are checked at once, then
+    the columns are derived with those verdicts; checks of final answers the dry run did
+    not foresee are made in a second round, and ``correct`` recomputed. The columns are
+    those a plain ``derive_columns(math=True)`` gives."""
+    extra = {fmt: [f.name for f in _EXTRA[fmt]] for fmt in set(fmts)}
+
+    def derive() -> list[dict[str, list] | None]:
+        return [None if recs is None else derive_columns(recs, math=True, extra_names=extra[f])
+                for f, (recs, _) in zip(fmts, parsed, strict=True)]
+
+    verdicts: dict[tuple[str, str], bool] = {}
+    with recording_pairs() as wanted:
+        derive()
+    verdicts.update(math_verdicts(wanted.classes | wanted.checks, processes))
+    while True:
+        with seeded_verdicts(verdicts), recording_pairs() as more:
+            columns = derive()
+        if more.classes:  # not expected (the dry run asks for a superset): check, derive again
+            verdicts.update(math_verdicts(more.classes | more.checks, processes))
+            continue
+        if more.checks:  # final answers the dry run did not have: check them, then correct
+            verdicts.update(math_verdicts(more.checks, processes))
+            with seeded_verdicts(verdicts):
+                for cols in columns:
+                    if cols is not None:
+                        cols["correct"] = check_answers(cols["final_answer"], cols["reference"],
+                                                        math=True).tolist()
+        break
+    return [(cols, skipped) for cols, (_, skipped) in zip(columns, parsed, strict=True)]
 
 
 def file_names(files: list[Path]) -> list[str]:
@@ -185,7 +236,19 @@ def _import_groups(groups: Mapping[str, list[Path]], names: list[str], math: boo
     parts = []
     fmts, files = [j[0] for j in jobs], [j[1] for j in jobs]
     opts = [options.get(fmt, {}) for fmt in fmts]
-    if processes and processes > 1 and n > 1:
+    if math:  # parse, then every distinct math-verify check once, over the workers
+        parsed = []
+        if processes and processes > 1 and n > 1:
+            with process_pool(min(processes, n)) as pool:
+                for part in pool.map(_file_records, fmts, files, opts, names, [skip] * n):
+                    parsed.append(part)
+        else:
+            parsed = [_file_records(fmt, f, opt, name, skip)
+                      for fmt, f, opt, name in zip(fmts, files, opts, names, strict=True)]
+        parts = _derive_math(fmts, parsed, processes)
+        if progress is not None:
+            progress(n, n)
+    elif processes and processes > 1 and n > 1:
         with process_pool(min(processes, n)) as pool:
             for part in pool.map(_file_columns, fmts, files, [math] * n, opts, names,
                                  [skip] * n):
