@@ -233,14 +233,63 @@ def _verdict_worker(conn) -> None:
             conn.send(_mv_equivalent_checked(gold, answer))
 
 
+#: A string in more pairs than this (a small number such as "2") does not tie its pairs
+#: into one chunk.
+_HUB = 16
+
+
+def _chunks_by_strings(pairs: list[tuple[str, str]], size: int) -> list[list[tuple[str, str]]]:
+    """``pairs`` in chunks of about ``size`` that keep pairs sharing a string together (the
+    answers of one question, and its gold), so that a worker parses each string once:
+    groups of pairs connected through their strings (strings in more than ``_HUB`` pairs
+    connect nothing), largest first, packed whole into chunks; a group of more than
+    ``4 size`` pairs is cut into sorted pieces of ``size``."""
+    uses: dict[str, int] = {}
+    for a, b in pairs:
+        uses[a] = uses.get(a, 0) + 1
+        uses[b] = uses.get(b, 0) + 1
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in pairs:
+        if uses[a] <= _HUB and uses[b] <= _HUB:
+            ra, rb = find(a), find(b)
+            if ra != rb:
+                parent[max(ra, rb)] = min(ra, rb)
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for a, b in pairs:
+        key = find(a) if uses[a] <= _HUB else find(b) if uses[b] <= _HUB else a
+        groups.setdefault(key, []).append((a, b))
+    chunks: list[list[tuple[str, str]]] = []
+    current: list[tuple[str, str]] = []
+    for group in sorted(groups.values(), key=len, reverse=True):
+        if len(group) > 4 * size:  # a large web of strings: in sorted pieces
+            group = sorted(group)
+            chunks.extend(group[i:i + size] for i in range(0, len(group), size))
+            continue
+        current.extend(group)
+        if len(current) >= size:
+            chunks.append(current)
+            current = []
+    if current:
+        chunks.append(current)
+    return chunks
+
+
 def math_verdicts(pairs: Sequence[tuple[str, str]], processes: int | None = None, *,
                   timeout: float | None = None) -> dict[tuple[str, str], bool]:
     """math-verify's verdict for each distinct ``(gold, answer)`` pair of normalised
     answers, the checks spread over ``processes`` worker processes (default 1; at most one
     per CPU), each check under an outer ``timeout`` (default :data:`OUTER_TIMEOUT_S`): a
     worker that exceeds it is stopped and replaced, and its pair counts as not equivalent,
-    as a check math-verify times out itself does. Pairs are sorted, so a worker's chunk
-    shares strings whose parses it caches.
+    as a check math-verify times out itself does. A chunk keeps together the pairs that
+    share strings (:func:`_chunks_by_strings`), so a worker parses each string once.
 
     Raises ImportError without math-verify."""
     _require_math_verify()
@@ -250,8 +299,7 @@ def math_verdicts(pairs: Sequence[tuple[str, str]], processes: int | None = None
         return out
     timeout = OUTER_TIMEOUT_S if timeout is None else timeout
     workers = max(1, min(processes or 1, os.cpu_count() or 1, len(todo)))
-    size = max(1, min(32, len(todo) // (workers * 8)))
-    chunks = [todo[i:i + size] for i in range(0, len(todo), size)]
+    chunks = _chunks_by_strings(todo, max(1, min(32, len(todo) // (workers * 8))))
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context(
         "fork" if "fork" in methods and "jax" not in sys.modules
