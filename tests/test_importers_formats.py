@@ -920,15 +920,26 @@ def test_cli_import_format_named_twice_is_an_argument_error(tmp_path, monkeypatc
     shutil.copytree(MAD, tmp_path / "mad")
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "o.parquet"
+    # a folder named like the format: main imported it twice and failed on duplicate ids
     assert _main(monkeypatch, ["import", "mad", "mad", "-o", str(out)]) == 2
     err = capsys.readouterr().err
-    assert "the format name 'mad' is given twice" in err and "./mad" in err
+    assert "the format name 'mad' is given twice, and 'mad' is a folder here" in err
+    assert "fastuq import ./mad" in err and "appears twice" not in err
     assert not out.exists()
-    # as suggested: the format, then the folder as a path
-    assert _main(monkeypatch, ["import", "mad", "./mad", "-o", str(out)]) == 0
+    # as suggested: the folder once, its format detected
+    assert _main(monkeypatch, ["import", "./mad", "-o", str(out)]) == 0
     assert pq.read_table(out).column("trajectory_id").to_pylist() == ["0", "1", "2"]
-    # a folder given twice, and a format name among the sources
-    assert _main(monkeypatch, ["import", "mad", "./mad", "mad/", "-o", str(out)]) == 2
-    assert "is given twice" in capsys.readouterr().err
-    assert _main(monkeypatch, ["import", "mad", "./mad", "ford", "-o", str(out)]) == 2
-    assert "'ford' after the format mad is a format name" in capsys.readouterr().err
+    # the format named twice where no such folder exists; a folder given twice; a format
+    # name among the sources
+    monkeypatch.chdir(tmp_path / "mad")
+    assert _main(monkeypatch, ["import", "mad", "mad", "0.json", "-o", str(out)]) == 2
+    assert "the format name 'mad' is given twice: name the format once" in \
+        capsys.readouterr().err
+    monkeypatch.chdir(tmp_path)
+    assert _main(monkeypatch, ["import", "./mad", "mad/", "-o", str(out)]) == 2
+    assert "'mad/' is given twice (as './mad')" in capsys.readouterr().err
+    assert _main(monkeypatch, ["import", "./mad", "ford", "-o", str(out)]) == 2
+    assert "'ford' among the logs is a format name" in capsys.readouterr().err
+    assert _main(monkeypatch, ["import", "ford", str(FORD / "final"), "agora", "-o",
+                               str(out)]) == 2
+    assert "'agora' after the format ford is a format name" in capsys.readouterr().err

@@ -132,9 +132,8 @@ def summarize(table, seconds: float | None = None) -> str:
 
 def _split_format(src: list[str]) -> tuple[str | None, list[str]]:
     """(format or None, sources): the first token is the format when it names one and is not
-    an existing path, or when sources follow it (``fastuq import mad ./mad``: the format mad,
-    the folder ``mad``)."""
-    if src and src[0] in FORMATS and (not Path(src[0]).exists() or len(src) > 1):
+    an existing path."""
+    if src and src[0] in FORMATS and not Path(src[0]).exists():
         return src[0], src[1:]
     return None, src
 
@@ -145,15 +144,15 @@ def _argument_problem(fmt: str | None, src: list[str]) -> str | None:
     an error about the argument, before anything is imported (rather than the duplicate
     trajectory ids that importing one folder twice gives)."""
     if fmt is not None and fmt in src:
-        if Path(fmt).exists():
-            return (f"the format name {fmt!r} is given twice: name the format once; to import "
-                    f"the folder {fmt!r} here, write it as a path: fastuq import {fmt} "
-                    f"./{fmt} -o OUT")
         return f"the format name {fmt!r} is given twice: name the format once"
     seen: dict[Path, str] = {}
     for s in src:
         key = Path(s).resolve()
         if key in seen:
+            if s in FORMATS and seen[key] == s:  # fastuq import mad mad, a folder mad here
+                return (f"the format name {s!r} is given twice, and {s!r} is a folder here, "
+                        f"which a leading name means: name the folder once, its files' "
+                        f"formats are detected (fastuq import ./{s} -o OUT)")
             same = "" if seen[key] == s else f" (as {seen[key]!r})"
             return f"{s!r} is given twice{same}: name each log file or folder once"
         seen[key] = s
