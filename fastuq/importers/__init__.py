@@ -4,16 +4,17 @@
   ``"dylan"``, a team of 4, early stopping and pruning reconstructed into fixed agent slots
   (details, flags and the recovery of dropped responses: ``fastuq.importers.dylan``).
 * :func:`import_du`: Du et al.'s multi-agent debate logs (``{question: [agent_contexts,
-  gold]}``); protocol ``"debate"``.
+  gold]}``); protocol ``"debate"``, source ``"du"``.
 * :func:`import_ford`: FORD's two-agent (and round-table) debates, JSONL records with
-  per-turn parsed answers ``P`` (Waste-Wood/FORD); protocol ``"ford"``
+  per-turn parsed answers ``P`` (Waste-Wood/FORD); protocol ``"debate"``, source ``"ford"``
   (``fastuq.importers.ford``).
 * :func:`import_agora`: LLM-Agora's ``*_result*.json`` files (gauss5930/LLM-Agora);
-  protocol ``"agora"`` (``fastuq.importers.agora``).
+  protocol ``"debate"``, source ``"agora"`` (``fastuq.importers.agora``).
 * :func:`import_chateval`: ChatEval's ``pair_comparison_results.json`` (thunlp/ChatEval),
-  referees' verdicts as labels; protocol ``"chateval"`` (``fastuq.importers.chateval``).
+  referees' verdicts as labels; protocol ``"debate"``, source ``"chateval"``
+  (``fastuq.importers.chateval``).
 * :func:`import_mad`: MAD debate files (Skytliang/Multi-Agents-Debate), answers as letters
-  or short labels; protocol ``"mad"`` (``fastuq.importers.mad``).
+  or short labels; protocol ``"debate"``, source ``"mad"`` (``fastuq.importers.mad``).
 * :func:`import_generic`: any JSONL or Parquet layout with rounds and agents, through a
   TOML mapping (``fastuq.importers.generic`` documents every key).
 
@@ -21,7 +22,8 @@
 :func:`import_logs` dispatches by format name.
 
 All return one row per trajectory with the canonical columns ``trajectory_id``,
-``question_id``, ``protocol``, ``n_agents``, ``reference``, ``final_answer``, ``correct``,
+``question_id``, ``protocol`` (the interaction structure, which picks presets), ``source``
+(the log format: metadata only), ``n_agents``, ``reference``, ``final_answer``, ``correct``,
 ``agreement``, ``answers``, ``texts`` and ``flags`` (no ``token_entropy``: the logs carry no
 log-probabilities), plus ``question`` (the problem text), for DyLAN ``subject`` and
 ``level``, and for the other new formats ``agents`` (the agents' names by slot). How

@@ -17,7 +17,8 @@ File format: one JSON list, one object per question:
 * ``answer``: the gold, a GSM8K solution ending ``#### N``, an MMLU letter, or the
   arithmetic result (a number or a string).
 
-Canonical record: protocol ``"agora"``, ``n_agents`` = the number of models, slot ``k`` =
+Canonical record: protocol ``"debate"`` (source ``"agora"``), ``n_agents`` = the number of
+models, slot ``k`` =
 the ``k``-th key of ``agent_response``, round ``t`` = each model's ``t``-th response (a model
 with fewer responses leaves null nodes and flags ``ragged_rounds``; a null response is a null
 node). Answers are extracted from the texts as for Du et al.'s logs, guided by the gold

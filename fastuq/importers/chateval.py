@@ -18,7 +18,8 @@ results hold no gold: it is read from the record's ``human_results`` (or ``gold`
 file carries one, else from ``references``, the run's input file (``test.json``: records with
 ``question`` and ``human_results``), matched by question text.
 
-Canonical record: protocol ``"chateval"``, one round (the results keep only each agent's
+Canonical record: protocol ``"debate"`` (source ``"chateval"``), one round (the results keep
+only each agent's
 final statement), ``n_agents`` = the number of evaluations, slot ``k`` = the ``k``-th. Each
 agent's answer is its verdict as a label: the name of the response it scores higher (or
 names, in a direct comparison), ``"tie"`` for equal scores, null when the statement gives
