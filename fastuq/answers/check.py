@@ -288,7 +288,8 @@ def math_verdicts(pairs: Sequence[tuple[str, str]], processes: int | None = None
     answers, the checks spread over ``processes`` worker processes (default 1; at most one
     per CPU), each check under an outer ``timeout`` (default :data:`OUTER_TIMEOUT_S`): a
     worker that exceeds it is stopped and replaced, and its pair counts as not equivalent,
-    as a check math-verify times out itself does. A chunk keeps together the pairs that
+    as a check math-verify times out itself does (so does a verdict that arrives after the
+    deadline). A chunk keeps together the pairs that
     share strings (:func:`_chunks_by_strings`), so a worker parses each string once.
 
     Raises ImportError without math-verify."""
@@ -337,7 +338,9 @@ def math_verdicts(pairs: Sequence[tuple[str, str]], processes: int | None = None
                 pending, _ = busy[w]
                 if conn in ready:
                     try:
-                        out[pending.pop(0)] = bool(conn.recv())
+                        verdict = bool(conn.recv())
+                        # an answer that comes after the deadline timed out all the same
+                        out[pending.pop(0)] = verdict and time.monotonic() <= busy[w][1]
                     except EOFError:  # the worker died: its pair is not equivalent
                         out[pending.pop(0)] = False
                         pool[w][0].join(1)
