@@ -721,7 +721,7 @@ def _resolve_first(chunks: Iterator, methods, params: dict, *, skip: bool,
                                     observation_noise=observation_noise, math=kw["math"],
                                     processes=None)
                 resolved = _resolve_once(None, methods, batch, params, observation_noise,
-                                         info)
+                                         info, kw["protocol"])
             if resolved is not None:
                 extras = tuple(e for e in EXTRAS if e in table.column_names)
                 return resolved, info.get("left_out", {}), extras

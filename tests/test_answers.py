@@ -476,3 +476,66 @@ def test_check_coded_gives_check_answers_verdicts(names, golds, seed):
                          [golds[j] if j >= 0 else None for j in g])
     got = check_coded(names, golds, a, g)
     assert got.tolist() == want.tolist()
+
+
+# --- option lists and echoed questions state no answer (texts as in LLM-Agora's MMLU results,
+# gauss5930/LLM-Agora MMLU/mmlu_result.json; each expected letter read by hand) -------------------
+ECHOED_OPTIONS = [
+    ("A) 1, B) i, C) 32, D) 32i do not match", None),
+    ("The statements (options A, B, and C) are all true.", None),
+    ("All three statements hold (options A, B, and C)", None),
+    ("\nFind the degree for the given field extension Q(sqrt(2)) over Q.:\nA) 0,\nB) 2,\nC) 1,\n"
+     "D) 3 Explain your answer, putting the answer in the form (X) at the end of your response."
+     "\nQ: Find the degree for the given field extension Q(sqrt(2)) over Q.: A) 0, B)", None),
+    ("Which is a mammal? (A) shark (B) whale (C) trout", None),
+    # a list, then the answer: the answer is read, never a letter of the list
+    ("The constellation is W-shaped.\n\nA) Centaurus\nB) Cygnus\nC) Cassiopeia\nD) Cepheus\n\n"
+     "The answer is (C) Cassiopeia, as it is W-shaped.", "C"),
+    ("Centaurus, B) Cygnus, C) Cassiopeia, D) Cepheus are all in the sky, but only one, "
+     "C) Cassiopeia, is W-shaped.", "C"),
+    ("The statements (options A, B, and C) are all false, so the answer is (D).", "D"),
+    ("Cygnus and Cepheus (options B and D) are not W-shaped; Cassiopeia is, (C).", "C"),
+    ("Which is a mammal? (A) shark (B) whale (C) trout. I say (B).", "B"),
+    # two letters that are not a list: the later one, as before
+    ("I would go with (A) over (B).\n\nSo (B) 12 apples", "B"),
+]
+
+
+@pytest.mark.parametrize("text,expected", ECHOED_OPTIONS)
+def test_extract_choice_option_lists_and_echoed_questions_are_not_answers(text, expected):
+    assert extract_answer(text, "choice") == expected
+
+
+def test_extract_final_choice_skips_option_lists_without_a_kind():
+    # rule 3 (the last "(X)") under kind=None: an echoed list is not a choice
+    assert extract_answer("Which is a mammal? (A) shark (B) whale (C) trout") is None
+    assert extract_answer("Which is a mammal? (A) shark (B) whale (C) trout. I say (B)") == "B"
+
+
+# --- a worked equation on numbers reduces to its result ------------------------------------------
+@pytest.mark.parametrize(
+    "text,kind,expected",
+    [
+        (r"\boxed{30 * 3 = 90}", None, "90"),
+        (r"\boxed{30 * 3 = 90}", "number", "90"),
+        (r"\boxed{16 * 3 = 48 calories}", "number", "48"),
+        (r"\boxed{16 * 3 = 48 calories}", None, "48 calories"),  # normalises to 48
+        (r"The answer is 40,320 / 8 = 5,040.", None, "5,040"),
+        (r"\boxed{3 \times 4 = 12}", None, "12"),
+        (r"\boxed{12 x 4 = 48}", None, "48"),
+        (r"\boxed{\frac{1}{2} + \frac{1}{2} = 1}", None, "1"),
+        (r"\boxed{\frac{2}{1008} = \frac{1}{504}}", None, r"\frac{1}{504}"),
+        # not arithmetic on numbers: kept as it is
+        (r"\boxed{2x + 1 = 7}", None, "2x + 1 = 7"),
+        (r"\boxed{f(3) = 9}", None, "f(3) = 9"),
+        (r"\boxed{1 + 2 = 3 = x}", None, "1 + 2 = 3 = x"),
+        (r"\boxed{10 \leq 12}", None, r"10 \leq 12"),
+    ],
+)
+def test_extract_boxed_equation_reduces_to_its_result(text, kind, expected):
+    assert extract_answer(text, kind) == expected
+
+
+def test_boxed_equation_results_check_against_the_gold():
+    assert answers_equivalent(extract_answer(r"\boxed{16 * 3 = 48 calories}"), "48")
+    assert answers_equivalent(extract_answer(r"\boxed{30 * 3 = 90}"), "90")

@@ -20,7 +20,7 @@ from fastuq.importers import import_du, import_dylan, import_logs, parse_gold
 DATA = Path(__file__).parent / "data"
 DYLAN = DATA / "dylan_math"
 DU = DATA / "du_debate.json"
-CANONICAL = ["trajectory_id", "question_id", "protocol", "n_agents", "reference",
+CANONICAL = ["trajectory_id", "question_id", "protocol", "source", "n_agents", "reference",
              "final_answer", "correct", "agreement", "answers", "texts", "flags"]
 
 
@@ -436,3 +436,66 @@ def test_cli_import_bad_input_fails_cleanly(tmp_path, monkeypatch, capsys):
     assert list(tmp_path.iterdir()) == [bad]  # nothing written
     assert _main(monkeypatch, ["import", "du", str(DU), "-o", str(out),
                                "--processes", "0"]) == 2
+
+
+# --- --math: every distinct math-verify check once, over worker processes -----------------------
+HAS_MATH_VERIFY = __import__("fastuq.answers.check", fromlist=["x"]).math_verify_available()
+
+
+def _du_math_log(path: Path) -> Path:
+    """Two Du-format debates, three agents, two rounds, whose answers are equal only by
+    math-verify ((x+2)/7 and \\frac{x+2}{7}; \\sqrt{8} and 2\\sqrt{2})."""
+    def debate(rounds):
+        return [[m for r in agent for m in ({"role": "user", "content": "Solve."},
+                                            {"role": "assistant", "content": r})]
+                for agent in zip(*rounds, strict=True)]
+
+    log = {
+        "Simplify (x + 2) / 7.": [debate([
+            [r"So \boxed{(x+2)/7}", r"We get \boxed{\frac{x+2}{7}}", r"\boxed{x+2}"],
+            [r"\boxed{(x+2)/7}", r"\boxed{(x+2)/7}", r"\boxed{(x+2)/7}"]]), r"\frac{x+2}{7}"],
+        "Simplify sqrt(8).": [debate([
+            [r"\boxed{\sqrt{8}}", r"\boxed{2\sqrt{2}}", r"\boxed{3}"],
+            [r"\boxed{\sqrt{8}}", r"\boxed{\sqrt{8}}", r"\boxed{2\sqrt{2}}"]]), r"2\sqrt{2}"],
+    }
+    path.write_text(json.dumps(log))
+    return path
+
+
+@pytest.mark.skipif(not HAS_MATH_VERIFY, reason="math-verify not installed (fastuq[math])")
+def test_import_math_over_workers_equals_checking_in_process(tmp_path):
+    from fastuq.importers.common import derive_columns
+    from fastuq.importers.du import parse_du_file
+
+    log = _du_math_log(tmp_path / "math.json")
+    # worked by hand: math-verify joins (x+2)/7 with \frac{x+2}{7}, \sqrt{8} with 2\sqrt{2}
+    by_hand = {"agreement": [[2 / 3, 1.0], [2 / 3, 1.0]], "final_answer": ["(x+2)/7", r"\sqrt{8}"],
+               "correct": [True, True]}
+    plain = import_du(log).to_pydict()
+    assert plain["agreement"] == [[1 / 3, 1.0], [1 / 3, 2 / 3]]
+    assert plain["correct"] == [False, False]
+    # the reference: derived in this process, math-verify called pair by pair
+    records = parse_du_file(log)
+    for r in records:
+        r.source = "du"
+    want = derive_columns(records, math=True)
+    for name, values in by_hand.items():
+        assert want[name] == values, name
+    for processes in (None, 2, 3):
+        got = import_du(log, math=True, processes=processes).to_pydict()
+        for name, values in want.items():
+            assert got[name] == values, (processes, name)
+
+
+@pytest.mark.skipif(not HAS_MATH_VERIFY, reason="math-verify not installed (fastuq[math])")
+def test_math_verdicts_outer_timeout_counts_a_hung_check_as_not_equivalent():
+    from fastuq.answers.check import math_verdicts
+
+    pairs = [(r"\frac{x+2}{7}", "(x+2)/7"), (r"\sqrt{8}", r"2\sqrt{2}"), ("x", "y"),
+             (r"\frac{x+2}{7}", "(x+2)/7")]  # a pair given twice is checked once
+    assert math_verdicts(pairs, 2) == {(r"\frac{x+2}{7}", "(x+2)/7"): True,
+                                       (r"\sqrt{8}", r"2\sqrt{2}"): True, ("x", "y"): False}
+    # no check can answer within a microsecond: each worker is stopped and replaced, every
+    # pair counts as not equivalent, and the call still returns
+    assert math_verdicts(pairs, 2, timeout=1e-6) == dict.fromkeys(set(pairs), False)
+    assert math_verdicts([], 2) == {}

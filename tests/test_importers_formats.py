@@ -35,7 +35,7 @@ AGORA = DATA / "agora"
 CHATEVAL = DATA / "chateval"
 MAD = DATA / "mad"
 GENERIC = DATA / "generic"
-CANONICAL = ["trajectory_id", "question_id", "protocol", "n_agents", "reference",
+CANONICAL = ["trajectory_id", "question_id", "protocol", "source", "n_agents", "reference",
              "final_answer", "correct", "agreement", "answers", "texts", "flags"]
 
 
@@ -99,7 +99,9 @@ def test_ford_schema_and_order():
         "final/anli:0", "final/anli:1",
         "final/copa:0", "final/copa:1", "final/copa:2", "final/copa:3",
         "round0/copa_agreed:0", "round0/copa_agreed:1", "table/piqa_candidate:0"]
-    assert set(t.column("protocol").to_pylist()) == {"ford"}
+    # a two-agent turn-taking debate (and the round table) is a debate; FORD is its source
+    assert set(t.column("protocol").to_pylist()) == {"debate"}
+    assert set(t.column("source").to_pylist()) == {"ford"}
 
 
 def test_ford_round0_agreed(ford):
@@ -253,7 +255,7 @@ def test_agora_results():
     assert list(rows) == ["gsm_result:0", "gsm_result:1", "mmlu_result_cot:0"]
     r = rows["gsm_result:0"]  # GSM8K gold after ####; "question." states no number
     assert (r["protocol"], r["n_agents"], r["agents"]) == \
-        ("agora", 3, ["llama", "wizardlm", "orca"])
+        ("debate", 3, ["llama", "wizardlm", "orca"])
     assert r["reference"] == "12"
     assert r["answers"] == [["12", "10", None], ["12", "12", "12"], ["12", "12", "12"]]
     assert r["agreement"] == [1 / 3, 1.0, 1.0]
@@ -310,7 +312,7 @@ def test_chateval_scores_with_references():
     assert t.column_names == CANONICAL + ["question", "agents"]
     rows = _rows(t)
     r = rows["pair_comparison_results:0"]
-    assert (r["protocol"], r["n_agents"]) == ("chateval", 3)
+    assert (r["protocol"], r["source"], r["n_agents"]) == ("debate", "chateval", 3)
     assert r["agents"] == ["General Public", "Critic", "News Author"]
     # 8-6 for gpt35, 7-7, 6-9 for vicuna: one vote each; summed 21 vs 22: vicuna
     assert r["answers"] == [["gpt35", "tie", "vicuna"]]
@@ -374,7 +376,7 @@ def test_mad_debates():
     rows = _rows(t)
     assert list(rows) == ["0", "1", "2"]  # the file names below the folder
     r = rows["0"]  # the affirmative side gives in; the moderator decides "(B)"
-    assert (r["protocol"], r["n_agents"]) == ("mad", 2)
+    assert (r["protocol"], r["source"], r["n_agents"]) == ("debate", "mad", 2)
     assert r["agents"] == ["Affirmative side", "Negative side"]
     assert r["answers"] == [["A", "B"], ["B", "B"]]
     assert r["agreement"] == [0.5, 1.0]
@@ -450,7 +452,8 @@ def test_generic_long_layout_jsonl_and_parquet(tmp_path):
     assert list(rows) == ["r1", "r2", "r3"]
     r = rows["r1"]  # rows out of order; agents sorted alice, bob, carol; rounds 1, 2
     assert (r["question_id"], r["protocol"], r["n_agents"], r["agents"]) == \
-        ("101", "generic", 3, ["alice", "bob", "carol"])
+        ("101", "debate", 3, ["alice", "bob", "carol"])
+    assert r["source"] == "generic"  # the defaults: a debate, from the generic mapping
     assert r["texts"] == [[r"2 + 3 = \boxed{5}", "The answer is 5.", "I think it is 6."],
                           [r"\boxed{5}", r"Checking again: \boxed{5}", None]]
     # no answer column: extracted from the texts, guided by the numeric gold "#### 5"
@@ -621,7 +624,8 @@ def test_cli_import_detects_and_says_so(tmp_path, monkeypatch, capsys):
     text = capsys.readouterr().out
     assert f"detected format: ford (from {FORD / 'final' / 'anli.jsonl'})" in text
     assert "imported 9 trajectories" in text
-    assert "protocols: ford 9" in text
+    assert "protocols: debate 9" in text
+    assert "sources: ford 9" in text
     assert pq.read_table(out).equals(import_ford(FORD))
     # naming the format: no detection line, the same table
     out2 = tmp_path / "ford2.parquet"
@@ -668,3 +672,303 @@ def test_cli_import_generic_and_options(tmp_path, monkeypatch, capsys):
     assert "cannot tell the format (recognised: dylan, du, ford, agora, chateval, mad)" in err
     assert _main(monkeypatch, ["import", "ford", "-o", str(out)]) == 2
     assert "give the logs to import after ford" in capsys.readouterr().err
+
+
+# --- fastuq's own imports score with the default presets ---------------------------------------
+
+
+def _sauce_by_hand(agreement: list[float], r: float, lam=0.95, q=0.10, v0=0.25, mu0=0.0
+                   ) -> float:
+    """SAUCE's score under the debate preset with R_t = r in every round, written out from
+    DESIGN.md (predict, gain with 1e-8 in the denominator, update; -mean of the means)."""
+    mu, var, means = mu0, v0, []
+    for m in agreement:
+        mu_pred, var_pred = lam * mu, lam * lam * var + q
+        gain = var_pred / (var_pred + r + 1e-8)
+        mu = mu_pred + gain * (m - mu_pred)
+        var = max((1 - gain) * var_pred, 1e-15)
+        means.append(mu)
+    return -sum(means) / len(means)
+
+
+@pytest.mark.parametrize("fmt, src", [("ford", [FORD / "final", FORD / "round0"]),
+                                      ("agora", [AGORA])])
+def test_ford_and_agora_imports_score_eval_report_with_the_defaults(
+        fmt, src, tmp_path, monkeypatch, capsys):
+    corpus = tmp_path / f"{fmt}.parquet"
+    assert _main(monkeypatch, ["import", fmt, *map(str, src), "-o", str(corpus)]) == 0
+    t = pq.read_table(corpus)
+    # the protocol is the interaction structure (presets exist), the format is the source
+    assert set(t.column("protocol").to_pylist()) == {"debate"}
+    assert set(t.column("source").to_pylist()) == {fmt}
+    assert t.schema.field("source").type == pa.string()
+    # the logs carry no log-probabilities: SAUCE runs on agreement with a constant noise
+    noise = ["--observation-noise", "0.1"]
+    scores = tmp_path / "s.parquet"
+    assert _main(monkeypatch, ["score", str(corpus), "-o", str(scores), *noise]) == 0
+    got = dict(zip(*pq.read_table(scores).select(["trajectory_id", "sauce"]).to_pydict()
+                   .values(), strict=True))
+    for tid, agreement in zip(t.column("trajectory_id").to_pylist(),
+                              t.column("agreement").to_pylist(), strict=True):
+        assert got[tid] == pytest.approx(_sauce_by_hand(agreement, 0.1), rel=1e-9, abs=1e-12)
+    assert _main(monkeypatch, ["eval", str(corpus), *noise]) == 0
+    assert _main(monkeypatch, ["report", str(corpus), *noise, "-o",
+                               str(tmp_path / "r.html")]) == 0
+    capsys.readouterr()
+    assert _main(monkeypatch, ["score", str(corpus), "--method", "all", *noise, "-o",
+                               str(tmp_path / "all.parquet")]) == 0
+    out = capsys.readouterr().err
+    assert "sauce" in pq.read_table(tmp_path / "all.parquet").column_names
+    assert "has no preset" not in out
+    assert _main(monkeypatch, ["score", str(corpus), "--method", "all", "-o",
+                               str(tmp_path / "all2.parquet")]) == 0
+
+
+def _mystery_corpus(path: Path) -> Path:
+    pq.write_table(pa.table({
+        "trajectory_id": ["a", "b", "c"], "protocol": ["mystery", "mystery", "debate"],
+        "source": ["ford", "ford", "ford"],  # metadata: never picks a preset
+        "n_agents": pa.array([2, 2, 2], pa.int32()),
+        "agreement": [[0.5, 1.0], [1.0], [0.5]], "correct": [True, False, True]}), path)
+    return path
+
+
+def test_protocol_without_a_preset_lists_every_missing_parameter(tmp_path, monkeypatch,
+                                                                  capsys):
+    corpus = _mystery_corpus(tmp_path / "m.parquet")
+    noise = ["--observation-noise", "0.1"]
+    assert _main(monkeypatch, ["score", str(corpus), "-o", str(tmp_path / "s.parquet"),
+                               *noise]) != 0
+    err = capsys.readouterr().err
+    assert "trajectory 'a'" in err and "field protocol" in err
+    assert "protocol 'mystery' has no preset" in err
+    assert "lam, q, sigma2_0, mu_0 have no value" in err
+    assert "--lam, --q, --sigma2-0, --mu-0" in err
+    assert "--protocol debate|dylan" in err
+    # what the caller gives is not listed
+    assert _main(monkeypatch, ["score", str(corpus), "-o", str(tmp_path / "s.parquet"),
+                               *noise, "--lam", "0.9", "--mu-0", "0"]) != 0
+    err = capsys.readouterr().err
+    assert "q, sigma2_0 have no value" in err and "lam," not in err
+    # --protocol, as suggested, scores every record under that preset
+    assert _main(monkeypatch, ["score", str(corpus), "-o", str(tmp_path / "s.parquet"),
+                               *noise, "--protocol", "debate"]) == 0
+    got = pq.read_table(tmp_path / "s.parquet").column("sauce").to_pylist()
+    want = [_sauce_by_hand(a, 0.1) for a in ([0.5, 1.0], [1.0], [0.5])]
+    assert got == pytest.approx(want, rel=1e-9, abs=1e-12)
+    # from Python: the same message
+    import fastuq
+
+    with pytest.raises(ValueError, match=r"lam, q, sigma2_0, mu_0 have no value.*--protocol"):
+        fastuq.sauce_batch([[0.5, 1.0]], [[0.1, 0.1]], protocol="mystery")
+
+
+def test_method_all_leaves_out_an_estimator_without_preset_with_a_note(tmp_path, monkeypatch,
+                                                                        capsys):
+    corpus = _mystery_corpus(tmp_path / "m.parquet")
+    out = tmp_path / "all.parquet"
+    assert _main(monkeypatch, ["score", str(corpus), "--method", "all", "--observation-noise",
+                               "0.1", "-o", str(out)]) == 0
+    text = capsys.readouterr().err  # the note goes where --method all's notes go
+    assert ("sauce (protocol 'mystery' has no preset: needs lam, q, sigma2_0, mu_0, or "
+            "--protocol debate|dylan)") in text
+    cols = pq.read_table(out).column_names
+    assert "sauce" not in cols
+    # the agreement baselines need no preset and still run: minus the last agreement
+    assert pq.read_table(out).column("last_agreement").to_pylist() == [-1.0, -1.0, -0.5]
+    # with every parameter given, nothing is left out for want of a preset
+    assert _main(monkeypatch, ["score", str(corpus), "--method", "all", "--observation-noise",
+                               "0.1", "--lam", "0.9", "--q", "0.1", "--sigma2-0", "0.25",
+                               "--mu-0", "0", "-o", str(out)]) == 0
+    assert "has no preset" not in capsys.readouterr().err
+    assert "sauce" in pq.read_table(out).column_names
+
+
+# --- self-consistency logs through the generic mapping -----------------------------------------
+
+
+def test_generic_self_consistency_samples_with_gold_joined_from_a_second_file():
+    t = import_generic(GENERIC / "sc.jsonl", config=GENERIC / "sc.toml")
+    rows = _rows(t)
+    assert list(rows) == ["sc:0", "sc:1"]
+    r = rows["sc:0"]  # three samples: 72, 72, 70 -> round 0; gold "#### 72" (id 1, line 2)
+    assert (r["question_id"], r["protocol"], r["source"], r["n_agents"]) == \
+        ("1", "self_consistency", "gsm8k_sc", 3)
+    assert r["reference"] == "72"
+    assert r["answers"] == [["72", "72", "70"]]
+    assert r["agreement"] == [2 / 3]
+    assert (r["final_answer"], r["correct"]) == ("72", True)
+    r = rows["sc:1"]  # qid "2" matches the gold's integer id 2; a null sample is a null node
+    assert (r["question_id"], r["n_agents"], r["reference"]) == ("2", 5, "10")
+    assert r["texts"][0][2] is None
+    # "$10" and "10" vote together, "600" alone, "I am not sure." states nothing
+    assert r["answers"] == [["10", "10", None, "600", None]]
+    assert r["agreement"] == [2 / 5]
+    assert (r["final_answer"], r["correct"], r["flags"]) == ("10", True, [])
+
+
+def test_generic_gold_file_errors(tmp_path):
+    (tmp_path / "sc.jsonl").write_text((GENERIC / "sc.jsonl").read_text())
+    base = _toml(GENERIC / "sc.toml")
+    gold = tmp_path / "gold.jsonl"
+    gold.write_text('{"id": 1, "answer": "#### 72"}\n{"id": "1", "answer": "#### 7"}\n')
+    with pytest.raises(ValueError, match=r"gold.jsonl: record 1 \('1'\): question id repeats "
+                                         r"record 0's \(gold.key\)"):
+        load_mapping({**base, "gold": {"file": str(gold), "key": "id", "answer": "answer"}})
+    gold.write_text('{"id": 1, "answer": "#### 72"}\n')
+    mapping = load_mapping({**base, "gold": {"file": str(gold), "key": "id",
+                                             "answer": "answer"}})
+    with pytest.raises(ValueError, match=r"sc.jsonl: record 1 \('2'\): question id '2' is not "
+                                         r"in the \[gold\] file"):
+        import_generic(tmp_path / "sc.jsonl", config=mapping)
+    with pytest.raises(ValueError, match=r"gold.jsonl: record 0: missing field 'gold' "
+                                         r"\(gold.answer\)"):
+        load_mapping({**base, "gold": {"file": str(gold), "key": "id", "answer": "gold"}})
+    with pytest.raises(ValueError, match=r"missing key 'gold.answer'"):
+        load_mapping({**base, "gold": {"file": str(gold), "key": "id"}})
+    with pytest.raises(ValueError, match=r"trajectory.reference or a \[gold\] file"):
+        load_mapping({**base, "trajectory": {**base["trajectory"], "reference": "g"}})
+    with pytest.raises(ValueError, match=r"rounds .* or trajectory.samples .*not both"):
+        load_mapping({**base, "trajectory": {**base["trajectory"], "rounds": "r"}})
+    with pytest.raises(FileNotFoundError, match="no such gold file"):
+        load_mapping({**base, "gold": {"file": str(tmp_path / "nope.jsonl"), "key": "id",
+                                       "answer": "answer"}})
+    with pytest.raises(ValueError, match=r"samples 'samples' must be a non-empty list"):
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text('{"qid": 1, "samples": []}\n')
+        import_generic(bad, config=mapping)
+
+
+def test_agora_mmlu_echoed_option_lists_give_no_letter():
+    # hand-written in the shape of LLM-Agora's MMLU/mmlu_result.json: agents that echo the
+    # question or an option list state no letter (main read B, D and C from the lists, so the
+    # second question's last round tied C against B and the final answer was C, wrong)
+    rows = _rows(import_agora(DATA / "agora_echo"))
+    r = rows["mmlu_result:0"]
+    assert r["reference"] == "C"
+    assert r["answers"] == [["C", None, "C"], [None, "C", "C"]]
+    assert r["agreement"] == [2 / 3, 2 / 3]
+    assert (r["final_answer"], r["correct"]) == ("C", True)
+    r = rows["mmlu_result:1"]
+    assert r["reference"] == "B"
+    assert r["answers"] == [[None, None, "B"], [None, None, "B"]]
+    assert r["agreement"] == [1 / 3, 1 / 3]
+    assert (r["final_answer"], r["correct"]) == ("B", True)
+
+
+# --- fastuq import: --on-error skip, formats detected per file, a format named twice ------------
+
+
+def _bad_agora(folder: Path) -> Path:
+    """A copy of gsm_result.json whose record 1 has a list for its answer, and a second
+    result file cut off mid-JSON."""
+    folder.mkdir()
+    data = json.loads((AGORA / "gsm_result.json").read_text())
+    data[1]["answer"] = [12]
+    (folder / "gsm_result.json").write_text(json.dumps(data))
+    (folder / "cut_result.json").write_text('[{"agent_response": ')
+    return folder
+
+
+def test_cli_import_on_error_skip_lists_bad_records_and_files(tmp_path, monkeypatch, capsys):
+    bad = _bad_agora(tmp_path / "bad")
+    out = tmp_path / "a.parquet"
+    assert _main(monkeypatch, ["import", "agora", str(bad), "-o", str(out)]) == 1
+    assert "cut_result.json: malformed JSON" in capsys.readouterr().err  # the first file
+    assert not out.exists()
+    assert _main(monkeypatch, ["import", "agora", str(bad), "-o", str(out), "--on-error",
+                               "skip"]) == 0
+    assert "skipped 2 record(s)" in capsys.readouterr().out
+    t = pq.read_table(out)  # record 0 of gsm_result.json is all that is left
+    assert t.column("trajectory_id").to_pylist() == ["gsm_result:0"]
+    lines = [json.loads(x) for x in (tmp_path / "a.parquet.skipped.jsonl").read_text()
+             .splitlines()]
+    by_file = {Path(x["source"]).name: x for x in lines}
+    assert set(by_file) == {"gsm_result.json", "cut_result.json"}
+    assert by_file["gsm_result.json"]["row"] == 1
+    assert "field 'answer' must be a string or a number" in by_file["gsm_result.json"]["reason"]
+    assert by_file["cut_result.json"]["row"] is None  # the whole file
+    assert "malformed JSON" in by_file["cut_result.json"]["reason"]
+    # --skipped, and --max-skip-fraction: 2 of 3 skipped is too many, nothing written
+    listing = tmp_path / "list.jsonl"
+    out2 = tmp_path / "b.parquet"
+    assert _main(monkeypatch, ["import", "agora", str(bad), "-o", str(out2), "--on-error",
+                               "skip", "--skipped", str(listing), "--max-skip-fraction",
+                               "0.5"]) == 1
+    assert "2 of 3 records" in capsys.readouterr().err
+    assert listing.exists() and not out2.exists()
+    # the skip options need --on-error skip
+    assert _main(monkeypatch, ["import", "agora", str(bad), "-o", str(out2), "--skipped",
+                               str(listing)]) == 2
+    assert "--skipped only applies with --on-error skip" in capsys.readouterr().err
+
+
+def test_import_logs_on_error_skip_from_python(tmp_path):
+    bad = _bad_agora(tmp_path / "bad")
+    skipped: list = []
+    t = import_logs("agora", bad, on_error="skip", skipped=skipped)
+    assert t.num_rows == 1
+    assert sorted((Path(k.source).name, k.record) for k in skipped) == \
+        [("cut_result.json", None), ("gsm_result.json", 1)]
+    with pytest.raises(ValueError, match="on_error must be 'raise' or 'skip'"):
+        import_logs("agora", bad, on_error="ignore")
+
+
+def test_import_detects_each_files_format_in_a_mixed_call(tmp_path, monkeypatch, capsys):
+    srcs = [MAD, FORD / "final", AGORA]
+    t = import_logs("auto", srcs)
+    # each file through its own importer, as when imported alone (ids: paths below the
+    # folder every file shares)
+    alone = {fmt: import_logs(fmt, p) for fmt, p in zip(("mad", "ford", "agora"), srcs,
+                                                        strict=True)}
+    assert t.column("source").to_pylist() == ["mad"] * 3 + ["ford"] * 4 + ["agora"] * 3
+    assert t.column("trajectory_id").to_pylist() == [
+        "mad/0", "mad/1", "mad/2", "ford/final/copa:0", "ford/final/copa:1",
+        "ford/final/copa:2", "ford/final/copa:3", "agora/gsm_result:0", "agora/gsm_result:1",
+        "agora/mmlu_result_cot:0"]
+    for fmt, table in alone.items():
+        mine = t.filter(pa.compute.equal(t.column("source"), fmt))
+        for col in ("final_answer", "correct", "answers", "agreement", "reference"):
+            assert mine.column(col).to_pylist() == table.column(col).to_pylist(), (fmt, col)
+    out = tmp_path / "m.parquet"
+    assert _main(monkeypatch, ["import", *map(str, srcs), "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "detected formats: mad (3 files" in text and "ford (1 file," in text
+    assert "sources: agora 3, ford 4, mad 3" in text
+    assert pq.read_table(out).num_rows == 10
+    # an option of a format none of the files has
+    assert _main(monkeypatch, ["import", *map(str, srcs), "--no-recover", "-o",
+                               str(out)]) == 2
+    assert "--no-recover is for dylan logs, and the logs read as mad, ford, agora" in \
+        capsys.readouterr().err
+
+
+def test_cli_import_format_named_twice_is_an_argument_error(tmp_path, monkeypatch, capsys):
+    import shutil
+
+    shutil.copytree(MAD, tmp_path / "mad")
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "o.parquet"
+    # a folder named like the format: main imported it twice and failed on duplicate ids
+    assert _main(monkeypatch, ["import", "mad", "mad", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "the format name 'mad' is given twice, and 'mad' is a folder here" in err
+    assert "fastuq import ./mad" in err and "appears twice" not in err
+    assert not out.exists()
+    # as suggested: the folder once, its format detected
+    assert _main(monkeypatch, ["import", "./mad", "-o", str(out)]) == 0
+    assert pq.read_table(out).column("trajectory_id").to_pylist() == ["0", "1", "2"]
+    # the format named twice where no such folder exists; a folder given twice; a format
+    # name among the sources
+    monkeypatch.chdir(tmp_path / "mad")
+    assert _main(monkeypatch, ["import", "mad", "mad", "0.json", "-o", str(out)]) == 2
+    assert "the format name 'mad' is given twice: name the format once" in \
+        capsys.readouterr().err
+    monkeypatch.chdir(tmp_path)
+    assert _main(monkeypatch, ["import", "./mad", "mad/", "-o", str(out)]) == 2
+    assert "'mad/' is given twice (as './mad')" in capsys.readouterr().err
+    assert _main(monkeypatch, ["import", "./mad", "ford", "-o", str(out)]) == 2
+    assert "'ford' among the logs is a format name" in capsys.readouterr().err
+    assert _main(monkeypatch, ["import", "ford", str(FORD / "final"), "agora", "-o",
+                               str(out)]) == 2
+    assert "'agora' after the format ford is a format name" in capsys.readouterr().err

@@ -11,6 +11,7 @@ DESIGN_TYPES = {
     "trajectory_id": pa.string(),
     "question_id": pa.string(),
     "protocol": pa.string(),
+    "source": pa.string(),  # the log format or data set (metadata only)
     "n_agents": pa.int32(),
     "reference": pa.string(),
     "final_answer": pa.string(),

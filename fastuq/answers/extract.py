@@ -34,6 +34,20 @@ Rules, tried in order (the first that finds something wins):
 
 Nothing found (or ``None`` / empty text): ``None``.
 
+A worked equation on plain numbers reduces to its result: when every part before the last
+``=`` is arithmetic on numbers (``30 * 3``, ``40,320 / 8``, ``3 \\times 4``, ``\\frac{1}{2} +
+\\frac{1}{2}``: no variable, no word) and the part after it starts with a number, the answer
+is that part (``\\boxed{30 * 3 = 90}`` is ``90``, ``\\boxed{16 * 3 = 48 calories}`` is ``48
+calories``, then ``48`` with ``kind="number"``); ``2x + 1 = 7`` and ``f(3) = 9`` are kept.
+
+Option lists and echoed questions are not answers (:func:`strip_option_lists`): a run of
+consecutive option markers separated by commas, line breaks, "and" or "or" (``A) 1, B) i, C)
+32, D) 32i``, an echoed ``A) 0,\\nB) 2,\\nC) 1,\\nD) 3``, also when cut off as in ``A) 0,
+B)``), three or more separated by spaces (``(A) shark (B) whale (C) trout``), and letters
+listed after "options" / "choices" ("(options A, B, and C)") are removed before the last
+``(X)`` (rule 3), the last line and the last marker are read (``kind="choice"`` below). A box
+or an "answer is" sentence that holds such a list names several letters and states none.
+
 What the gold answer is like changes what can count as an answer (``kind``, see
 :func:`fastuq.answers.answer_kind`):
 
@@ -66,7 +80,7 @@ import re
 from collections.abc import Sequence
 from typing import Literal
 
-__all__ = ["AnswerKind", "extract_answer", "extract_answers"]
+__all__ = ["AnswerKind", "extract_answer", "extract_answers", "strip_option_lists"]
 
 #: What the gold answer is like: a choice letter, a number, or anything (``None``).
 AnswerKind = Literal["choice", "number"] | None
@@ -110,6 +124,21 @@ _CHOICE_TOKEN = re.compile(
 _CHOICE_MARKER = re.compile(
     r"(?<![\w\\])\(([A-J])\)|(?<![\w\\(])([A-J])\)|\*\*\(?([A-J])\)?\*\*"
     r"|\b(?:[Oo]ption|[Cc]hoice)\s+\(?([A-J])\b"
+)
+#: An option marker ``(B)`` or ``B)`` (group 1 or 2: its letter), as in an option list.
+_OPTION = re.compile(r"(?<![\w\\])\(([A-J])\)|(?<![\w\\(])([A-J])\)")
+#: What may separate two options of a list: a short stretch of one line ending with a comma,
+#: semicolon, line break, "and" or "or" (``A) 1, B) i``, ``A) Centaurus\nB) Cygnus``).
+_OPTION_GAP = re.compile(r"[^\n]{0,80}?(?:[,;]\s*|\n\s*|\s(?:and|or)\s+|[,;]\s*(?:and|or)\s+)",
+                         re.IGNORECASE)
+#: A gap within a list whose options are separated by spaces alone (``(A) shark (B) whale``):
+#: no sentence ends in it.
+_OPTION_SPACE_GAP = re.compile(r"[^\n.!?]{0,80}")
+#: Letters listed as options: "(options A, B, and C)", "choices A or B", "A, B, C and D".
+_LETTER_LIST = re.compile(
+    r"\b(?:options?|choices?|answers?)\s+\(?[A-J]\)?(?:\s*(?:,\s*(?:(?:and|or)\s+)?|\s(?:and|or)\s+)"
+    r"\(?[A-J]\)?(?![\w'])\)?)+"
+    r"|(?<![\w\\(])[A-J](?:\s*,\s*[A-J])+,?\s+(?:and|or)\s+[A-J](?![\w'])"
 )
 _LAST_LINE_CHOICE = re.compile(r"(?:^|[:)]|\bis)\s*\(?([A-J])\)?(?:\s*[.!]?$|,)")
 _ANSWER_PHRASE = re.compile(r"\banswer\s*(?:is\b\s*:?|:)[ \t]*", re.IGNORECASE)
@@ -237,6 +266,7 @@ def _from_prose(s: str) -> str | None:
 
 
 def _final_choice(text: str) -> str | None:
+    text = strip_option_lists(text)
     last = _last_match(_CHOICE, text)
     if last is None or _DIGIT.search(text, last.end()):
         return None
@@ -251,6 +281,44 @@ def _last_number(text: str) -> str | None:
 
 
 # --- kind="choice" -----------------------------------------------------------------------------
+
+
+def strip_option_lists(text: str) -> str:
+    """``text`` without its option lists, which name every choice and state none (an echoed
+    question, "A) 1, B) i, C) 32, D) 32i do not match", "(options A, B, and C)").
+
+    A list is a run of option markers ``A)`` / ``(A)`` with consecutive letters, each
+    separated from the next by a short stretch of one line ending with a comma, semicolon,
+    line break, "and" or "or" (two or more markers), or by anything but a sentence end when
+    the run holds three or more ("(A) shark (B) whale (C) trout"); or letters listed after
+    "option(s)", "choice(s)" or "answer(s)", or three or more listed with "and" / "or". Each
+    is replaced by a space."""
+    marks = [(m.start(), m.end(), m.group(1) or m.group(2)) for m in _OPTION.finditer(text)]
+    cut: list[tuple[int, int]] = []
+    i = 0
+    while i < len(marks):
+        j, separated = i, True
+        while j + 1 < len(marks) and ord(marks[j + 1][2]) == ord(marks[j][2]) + 1:
+            gap = text[marks[j][1]:marks[j + 1][0]]
+            if _OPTION_GAP.fullmatch(gap) is None:
+                if _OPTION_SPACE_GAP.fullmatch(gap) is None:
+                    break
+                separated = False
+            j += 1
+        n = j - i + 1
+        if (n >= 2 and separated) or n >= 3:
+            cut.append((marks[i][0], marks[j][1]))
+            i = j + 1
+        else:
+            i += 1
+    if cut:
+        pieces, pos = [], 0
+        for a, b in cut:
+            pieces += [text[pos:a], " "]
+            pos = b
+        text = "".join(pieces) + text[pos:]
+    return _LETTER_LIST.sub(" ", text)
+
 
 
 def _choice_plain(s: str) -> str:
@@ -309,6 +377,14 @@ def _choice_marker(text: str) -> str | None:
     return next(g for g in last.groups() if g)
 
 
+def _choice_last_line_unlisted(text: str) -> str | None:
+    return _choice_last_line(strip_option_lists(text))
+
+
+def _choice_marker_unlisted(text: str) -> str | None:
+    return _choice_marker(strip_option_lists(text))
+
+
 # --- kind="number" -----------------------------------------------------------------------------
 
 
@@ -347,6 +423,31 @@ def _single_number(answer: str) -> str | None:
     return re.sub(r"\s", "", number.group()).replace(",", "")
 
 
+#: Arithmetic on plain numbers: digits, decimal points, thousands commas, brackets, spaces,
+#: ``+ - * / ^ x × · ÷`` and ``\times``, ``\cdot``, ``\div``, ``\frac{a}{b}``.
+_ARITHMETIC = re.compile(
+    r"(?:\d|[\s.,()\[\]+\-*/^×·÷$]|\\(?:times|cdot|div)(?![A-Za-z])"
+    r"|\\[dt]?frac(?=\{)|[{}]|(?<=\s)x(?=\s)|(?<=\d)x(?=\d))+"
+)
+_EQUALS = re.compile(r"(?<![<>!=\\])=(?!=)")
+
+
+def _equation_result(answer: str) -> str | None:
+    """The result of a worked equation on numbers, ``30 * 3 = 90`` -> ``90`` and ``16 * 3 =
+    48 calories`` -> ``48 calories``: the part after the last ``=`` when every part before it
+    is arithmetic on plain numbers (no variable, no word) and that part starts with a number;
+    else None."""
+    parts = _EQUALS.split(answer)
+    if len(parts) < 2:
+        return None
+    *lhs, rhs = parts
+    rhs = rhs.strip()
+    if not all(_DIGIT.search(p) and _ARITHMETIC.fullmatch(p) for p in lhs):
+        return None
+    m = _NUMBER.match(rhs.replace("\\$", "").lstrip("$").strip())
+    return rhs if m and rhs else None
+
+
 def _as_number(answer: str) -> str:
     return _single_number(answer) or answer
 
@@ -377,7 +478,10 @@ def extract_answer(text: str | None, kind: AnswerKind = None) -> str | None:
     if not isinstance(text, str):
         raise TypeError(f"text must be a string or None, got {type(text).__name__}")
     if kind == "choice":
-        rules = (_choice_boxed, _choice_answer_is, _choice_last_line, _choice_marker)
+        # a box or an "answer is" sentence that lists options states no single choice (read
+        # on the whole text); the last line and the last marker never come from a list
+        rules = (_choice_boxed, _choice_answer_is, _choice_last_line_unlisted,
+                 _choice_marker_unlisted)
     else:
         rules = (_last_boxed, _answer_is, _final_choice, _last_number)
     for rule in rules:
@@ -385,6 +489,7 @@ def extract_answer(text: str | None, kind: AnswerKind = None) -> str | None:
         if found == "":  # an ambiguous choice ("the answer is (C), (D)"): no answer
             return None
         if found:
+            found = _equation_result(found) or found
             return _as_number(found) if kind == "number" else found
     return None
 

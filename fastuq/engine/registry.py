@@ -222,11 +222,37 @@ class Estimator:
             self._cache["reference"] = _target(self.reference, "fastuq.kernels")
         return self._cache["reference"]
 
+    def lacking(self, protocol: str | None, overrides: Mapping[str, object]) -> list[str]:
+        """The kernel parameters that neither ``overrides`` (non-``None`` values), nor the
+        preset of ``protocol``, nor a default give, in declaration order (empty: the
+        estimator can run for ``protocol``)."""
+        preset = self.presets.get(protocol) if protocol is not None else None
+        return [p.name for p in self.kernel_params
+                if overrides.get(p.name) is None
+                and (preset is None or preset.get(p.name) is None) and p.default is None]
+
+    def no_preset_message(self, protocol: str | None, missing: Sequence[str]) -> str:
+        """Why the estimator cannot run for ``protocol``: every parameter it ``missing``, and
+        the two ways out (give them, or score every record under one preset with
+        ``--protocol`` / ``protocol=``)."""
+        known = sorted(self.presets)
+        what = "no protocol" if protocol is None else f"protocol {protocol!r} has no preset"
+        flags = ", ".join("--" + m.replace("_", "-") for m in missing)
+        use = (f", or score every record under one preset with --protocol "
+               f"{'|'.join(known)} (protocol= in Python)" if known else "")
+        return (f"{self.name}: {what} (presets: {', '.join(known) or 'none'}), so "
+                f"{', '.join(missing)} have no value: give them ({flags}, or --param "
+                f"NAME=VALUE){use}")
+
     def resolve(self, protocol: str | None, overrides: Mapping[str, object]) -> dict[str, Any]:
         """Kernel parameter values for ``protocol``: the non-``None`` ``overrides``, else the
         protocol's preset, else the default.
 
-        Raises ValueError when a parameter has none of the three."""
+        Raises ValueError, listing every parameter that has none of the three (and
+        suggesting ``--protocol``), when any has none."""
+        missing = self.lacking(protocol, overrides)
+        if missing:
+            raise ValueError(self.no_preset_message(protocol, missing))
         preset = self.presets.get(protocol) if protocol is not None else None
         values: dict[str, Any] = {}
         for p in self.kernel_params:
@@ -235,12 +261,6 @@ class Estimator:
                 value = preset.get(p.name)
             if value is None:
                 value = p.default
-            if value is None:
-                known = ", ".join(sorted(self.presets))
-                raise ValueError(
-                    f"{self.name}: protocol {protocol!r} has no preset (known: {known}); "
-                    f"give {p.name} explicitly"
-                )
             values[p.name] = value
         return values
 

@@ -531,7 +531,8 @@ def _score_table(
 ) -> tuple[Batch, tuple[str, ...], dict[str, np.ndarray]]:
     batch = _make_batch(table, chunk, rows, dtype=dtype, observation_noise=observation_noise,
                         math=math, processes=processes, pack=pack)
-    resolved = _resolve_once(resolved, methods, batch, params, observation_noise, info)
+    resolved = _resolve_once(resolved, methods, batch, params, observation_noise, info,
+                                  protocol)
     scores = {}
     for m in resolved:
         est = get_estimator(m)
@@ -549,17 +550,58 @@ def _make_batch(table, chunk, rows, *, dtype, observation_noise, math, processes
                  processes=processes, pack=pack)
 
 
+def no_preset_methods(names: Sequence[str], batch: Batch, params: Mapping[str, object],
+                      protocol: str | None = None) -> dict[str, str]:
+    """Estimators among ``names`` that cannot run on ``batch`` for want of parameters: a
+    protocol of the batch (or ``protocol``, the override) has no preset and ``params`` do
+    not give every parameter. ``{name: why}`` (the protocols, and every parameter lacking)."""
+    out = {}
+    for name in names:
+        est = get_estimator(name)
+        if not est.kernel_params or not est.presets:
+            continue
+        if protocol is not None:
+            protos: list[str | None] = [protocol]
+        elif batch.has("protocol"):
+            col = batch.column("protocol").cast(pa.string())
+            protos = pc.unique(col).to_pylist()
+        else:
+            protos = [None]
+        lacking: dict[str | None, list[str]] = {}
+        for proto in protos:
+            own = {p.name: (v.get(str(proto)) if isinstance(v := params.get(p.name), Mapping)
+                            else v) for p in est.kernel_params}
+            missing = est.lacking(proto, own)
+            if missing:
+                lacking[proto] = missing
+        if lacking:
+            missing = list(dict.fromkeys(m for ms in lacking.values() for m in ms))
+            named = ", ".join("no protocol" if p is None else repr(p) for p in lacking)
+            known = sorted(est.presets)
+            out[name] = (f"protocol {named} has no preset: needs {', '.join(missing)}, or "
+                         f"--protocol {'|'.join(known)}")
+    return out
+
+
 def _resolve_once(resolved, methods, batch: Batch, params, observation_noise,
-                  info: dict | None) -> tuple[str, ...]:
+                  info: dict | None, protocol: str | None = None) -> tuple[str, ...]:
     """The methods to run (resolved on the first chunk), with the checks of options that
     would otherwise be ignored: parameters no method takes, and an observation noise on a
-    corpus that has token entropy (or for methods that do not read it)."""
+    corpus that has token entropy (or for methods that do not read it). ``methods="all"``
+    leaves out, with its reason in ``info["left_out"]``, every estimator whose inputs the
+    corpus lacks and every one that has no parameter values for a protocol of the first
+    chunk (no preset, nothing given)."""
     if resolved is None:
         resolved = _resolve_methods(methods, batch, params)
         if _method_list(methods) == ["all"]:
             check_params(params, resolved)
+            no_preset = no_preset_methods(resolved, batch, params, protocol)
+            resolved = tuple(m for m in resolved if m not in no_preset)
+            if not resolved:
+                raise ValueError(f"{batch.source or 'corpus'}: no estimator can run: " + "; ".join(
+                    f"{k} ({v})" for k, v in no_preset.items()))
             if info is not None:
-                info["left_out"] = left_out_methods(batch)
+                info["left_out"] = {**left_out_methods(batch), **no_preset}
         if observation_noise is not None:
             readers = [m for m in resolved
                        if {"token_entropy", "round_risk"} & set(get_estimator(m).inputs)]
@@ -638,7 +680,8 @@ def _skip_bad_rows(
         batch = _make_batch(table, chunk, rows, dtype=dtype,
                             observation_noise=observation_noise, math=math,
                             processes=processes)
-        resolved = _resolve_once(resolved, methods, batch, params, observation_noise, info)
+        resolved = _resolve_once(resolved, methods, batch, params, observation_noise, info,
+                                  protocol)
         inputs = set()
         for m in resolved:
             est = get_estimator(m)
@@ -652,7 +695,7 @@ def _skip_bad_rows(
             params={} if preset is None else {p.name: params.get(p.name)
                                               for p in preset.kernel_params},
             presets=None if preset is None else preset.presets,
-            confidence=params.get("confidence"),
+            confidence=params.get("confidence"), estimator=preset,
         )
     if problems.bad:
         idx = sorted(problems.bad)
@@ -917,7 +960,8 @@ def _prepared(chunks: Iterator, seen: _SeenIds, *, methods, protocol, params, dt
         batch = _make_batch(table, chunk, rows, dtype=dtype,
                             observation_noise=observation_noise, math=math,
                             processes=processes, pack=pack)
-        resolved = _resolve_once(resolved, methods, batch, params, observation_noise, info)
+        resolved = _resolve_once(resolved, methods, batch, params, observation_noise, info,
+                                  protocol)
         plans = []
         for m in resolved:
             est = get_estimator(m)

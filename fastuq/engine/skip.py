@@ -136,6 +136,7 @@ def input_problems(
     params: Mapping[str, object],
     presets: Mapping[str, Mapping[str, float]] | None,
     confidence: str | None,
+    estimator=None,
 ) -> None:
     """Report into ``problems`` every record whose estimator inputs are bad.
 
@@ -149,6 +150,8 @@ def input_problems(
       params, presets: SAUCE parameters given and its presets, when SAUCE runs (a record
         whose protocol has no preset needs every parameter given).
       confidence: UMAS node confidence (``mean_logprob`` reads ``n_tokens``).
+      estimator: the estimator whose ``presets`` these are (its message for a protocol
+        without a preset lists every parameter that lacks a value).
     """
     names = table.column_names
     n = table.num_rows
@@ -162,10 +165,11 @@ def input_problems(
             known = pa.array(sorted(presets), pa.string())
             unknown = ~pc.is_in(col, value_set=known).to_numpy(zero_copy_only=False) & ~missing
             for i in np.flatnonzero(unknown).tolist():
-                problems.bad.setdefault(i, _Pending(
-                    f": protocol {col[i].as_py()!r} has no preset (known: "
-                    f"{', '.join(sorted(presets))}); give {needed[0]} explicitly "
-                    "(field protocol)"))
+                proto = col[i].as_py()
+                why = (estimator.no_preset_message(proto, needed) if estimator is not None
+                       else f"protocol {proto!r} has no preset (known: "
+                            f"{', '.join(sorted(presets))}); give {', '.join(needed)}")
+                problems.bad.setdefault(i, _Pending(f": {why} (field protocol)"))
     if "agreement" in inputs and "agreement" in names:
         _per_round(table, "agreement", problems, (
             (lambda v: ~np.isfinite(v), "is missing or not finite"),

@@ -4,16 +4,17 @@
   ``"dylan"``, a team of 4, early stopping and pruning reconstructed into fixed agent slots
   (details, flags and the recovery of dropped responses: ``fastuq.importers.dylan``).
 * :func:`import_du`: Du et al.'s multi-agent debate logs (``{question: [agent_contexts,
-  gold]}``); protocol ``"debate"``.
+  gold]}``); protocol ``"debate"``, source ``"du"``.
 * :func:`import_ford`: FORD's two-agent (and round-table) debates, JSONL records with
-  per-turn parsed answers ``P`` (Waste-Wood/FORD); protocol ``"ford"``
+  per-turn parsed answers ``P`` (Waste-Wood/FORD); protocol ``"debate"``, source ``"ford"``
   (``fastuq.importers.ford``).
 * :func:`import_agora`: LLM-Agora's ``*_result*.json`` files (gauss5930/LLM-Agora);
-  protocol ``"agora"`` (``fastuq.importers.agora``).
+  protocol ``"debate"``, source ``"agora"`` (``fastuq.importers.agora``).
 * :func:`import_chateval`: ChatEval's ``pair_comparison_results.json`` (thunlp/ChatEval),
-  referees' verdicts as labels; protocol ``"chateval"`` (``fastuq.importers.chateval``).
+  referees' verdicts as labels; protocol ``"debate"``, source ``"chateval"``
+  (``fastuq.importers.chateval``).
 * :func:`import_mad`: MAD debate files (Skytliang/Multi-Agents-Debate), answers as letters
-  or short labels; protocol ``"mad"`` (``fastuq.importers.mad``).
+  or short labels; protocol ``"debate"``, source ``"mad"`` (``fastuq.importers.mad``).
 * :func:`import_generic`: any JSONL or Parquet layout with rounds and agents, through a
   TOML mapping (``fastuq.importers.generic`` documents every key).
 
@@ -21,7 +22,8 @@
 :func:`import_logs` dispatches by format name.
 
 All return one row per trajectory with the canonical columns ``trajectory_id``,
-``question_id``, ``protocol``, ``n_agents``, ``reference``, ``final_answer``, ``correct``,
+``question_id``, ``protocol`` (the interaction structure, which picks presets), ``source``
+(the log format: metadata only), ``n_agents``, ``reference``, ``final_answer``, ``correct``,
 ``agreement``, ``answers``, ``texts`` and ``flags`` (no ``token_entropy``: the logs carry no
 log-probabilities), plus ``question`` (the problem text), for DyLAN ``subject`` and
 ``level``, and for the other new formats ``agents`` (the agents' names by slot). How
@@ -38,30 +40,41 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
 
-from fastuq.answers.check import _require_math_verify, process_pool
+from fastuq.answers.check import (
+    _require_math_verify,
+    check_answers,
+    math_verdicts,
+    process_pool,
+    recording_pairs,
+    seeded_verdicts,
+)
 from fastuq.importers.agora import parse_agora_file
 from fastuq.importers.chateval import parse_chateval_file, read_references
 from fastuq.importers.common import (
     AGENTS_FIELD,
     ParsedRecord,
+    SkippedRecord,
     derive_columns,
     expand_paths,
     question_id,
+    skipping,
     table_from_columns,
 )
-from fastuq.importers.detect import DETECTABLE, detect_format
+from fastuq.importers.detect import DETECTABLE, detect_each, detect_format
 from fastuq.importers.du import parse_du_file, parse_gold
 from fastuq.importers.dylan import TEAM_SIZE, parse_dylan_file
 from fastuq.importers.ford import parse_ford_file
 from fastuq.importers.generic import GenericMapping, load_mapping, parse_generic_file
 from fastuq.importers.mad import is_mad_config, parse_mad_file
 
-__all__ = ["DETECTABLE", "FORMATS", "OPTIONS", "TEAM_SIZE", "detect_format", "import_agora",
+__all__ = ["DETECTABLE", "FORMATS", "OPTIONS", "TEAM_SIZE", "detect_each", "detect_format",
+           "import_agora",
            "import_chateval", "import_du", "import_dylan", "import_ford", "import_generic",
            "import_logs", "import_mad", "load_mapping", "log_files", "parse_gold",
            "question_id"]
@@ -88,12 +101,69 @@ def _parser(fmt: str, options: Mapping) -> Callable[..., list[ParsedRecord]]:
             "mad": parse_mad_file}[fmt]
 
 
-def _file_columns(fmt: str, path: Path, math: bool, options: Mapping, name: str
-                  ) -> dict[str, list]:
-    """Parse one file and derive its columns (the unit of work of a worker process)."""
+def _file_records(fmt: str, path: Path, options: Mapping, name: str, skip: bool = False
+                  ) -> tuple[list[ParsedRecord] | None, list[SkippedRecord]]:
+    """Parse one file, and what ``skip`` left out: its bad records, or the whole file
+    (records ``None``) when the file itself cannot be read."""
     parse = _parser(fmt, options)
-    records = parse(path, name=name) if fmt in _NAMED else parse(path)
-    return derive_columns(records, math=math, extra_names=[f.name for f in _EXTRA[fmt]])
+    skipped: list[SkippedRecord] = []
+    try:
+        with skipping(skipped) if skip else nullcontext():
+            records = parse(path, name=name) if fmt in _NAMED else parse(path)
+    except ValueError as exc:
+        if not skip:
+            raise
+        return None, [SkippedRecord(str(path), None, str(exc))]
+    for rec in records:  # the format, unless the parser knows better (a mapping's source)
+        if rec.source is None:
+            rec.source = fmt
+    return records, skipped
+
+
+def _file_columns(fmt: str, path: Path, math: bool, options: Mapping, name: str,
+                  skip: bool = False) -> tuple[dict[str, list] | None, list[SkippedRecord]]:
+    """Parse one file and derive its columns (the unit of work of a worker process)."""
+    records, skipped = _file_records(fmt, path, options, name, skip)
+    if records is None:
+        return None, skipped
+    columns = derive_columns(records, math=math, extra_names=[f.name for f in _EXTRA[fmt]])
+    return columns, skipped
+
+
+def _derive_math(fmts: list[str], parsed: list[tuple[list[ParsedRecord] | None, list]],
+                 processes: int | None) -> list[tuple[dict[str, list] | None, list]]:
+    """``derive_columns(math=True)`` of every file's records, with the math-verify checks
+    done once per distinct pair for the whole import and spread over ``processes`` workers
+    (:func:`fastuq.answers.check.math_verdicts`): a dry run collects the pairs the vote
+    classes (and the final answers the dry run finds) need, they are checked at once, then
+    the columns are derived with those verdicts; checks of final answers the dry run did
+    not foresee are made in a second round, and ``correct`` recomputed. The columns are
+    those a plain ``derive_columns(math=True)`` gives."""
+    extra = {fmt: [f.name for f in _EXTRA[fmt]] for fmt in set(fmts)}
+
+    def derive() -> list[dict[str, list] | None]:
+        return [None if recs is None else derive_columns(recs, math=True, extra_names=extra[f])
+                for f, (recs, _) in zip(fmts, parsed, strict=True)]
+
+    verdicts: dict[tuple[str, str], bool] = {}
+    with recording_pairs() as wanted:
+        derive()
+    verdicts.update(math_verdicts(wanted.classes | wanted.checks, processes))
+    while True:
+        with seeded_verdicts(verdicts), recording_pairs() as more:
+            columns = derive()
+        if more.classes:  # not expected (the dry run asks for a superset): check, derive again
+            verdicts.update(math_verdicts(more.classes | more.checks, processes))
+            continue
+        if more.checks:  # final answers the dry run did not have: check them, then correct
+            verdicts.update(math_verdicts(more.checks, processes))
+            with seeded_verdicts(verdicts):
+                for cols in columns:
+                    if cols is not None:
+                        cols["correct"] = check_answers(cols["final_answer"], cols["reference"],
+                                                        math=True).tolist()
+        break
+    return [(cols, skipped) for cols, (_, skipped) in zip(columns, parsed, strict=True)]
 
 
 def file_names(files: list[Path]) -> list[str]:
@@ -138,41 +208,97 @@ def log_files(fmt: str, paths: PathsLike, *,
 
 
 def _import(fmt: str, paths: PathsLike, math: bool, processes: int | None,
-            progress: Callable[[int, int], None] | None = None, **options) -> pa.Table:
+            progress: Callable[[int, int], None] | None = None, *,
+            on_error: str = "raise", skipped: list[SkippedRecord] | None = None,
+            **options) -> pa.Table:
     if processes is not None and (isinstance(processes, bool) or processes < 1):
         raise ValueError(f"processes must be a positive integer or None, got {processes!r}")
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    if skipped is not None and on_error != "skip":
+        raise ValueError("skipped (the list of skipped records) needs on_error='skip'")
     if math:
         _require_math_verify()
     files = _files(fmt, paths, options)
-    names = file_names(files)
-    n = len(files)
+    groups = {fmt: files}
+    return _import_groups(groups, file_names(files), math, processes, progress,
+                          on_error=on_error, skipped=skipped, options={fmt: options})
+
+
+def _import_groups(groups: Mapping[str, list[Path]], names: list[str], math: bool,
+                   processes: int | None, progress: Callable[[int, int], None] | None, *,
+                   on_error: str, skipped: list[SkippedRecord] | None,
+                   options: Mapping[str, Mapping]) -> pa.Table:
+    """Import the files of each format of ``groups`` (``names``: every file's part of the
+    trajectory ids, in the groups' order) into one table: the formats' tables one after the
+    other, a column one format lacks null there."""
+    skip = on_error == "skip"
+    jobs = [(fmt, f) for fmt, files in groups.items() for f in files]
+    n = len(jobs)
     parts = []
-    if processes and processes > 1 and n > 1:
+    fmts, files = [j[0] for j in jobs], [j[1] for j in jobs]
+    opts = [options.get(fmt, {}) for fmt in fmts]
+    if math:  # parse, then every distinct math-verify check once, over the workers
+        parsed = []
+        if processes and processes > 1 and n > 1:
+            with process_pool(min(processes, n)) as pool:
+                for part in pool.map(_file_records, fmts, files, opts, names, [skip] * n):
+                    parsed.append(part)
+        else:
+            parsed = [_file_records(fmt, f, opt, name, skip)
+                      for fmt, f, opt, name in zip(fmts, files, opts, names, strict=True)]
+        parts = _derive_math(fmts, parsed, processes)
+        if progress is not None:
+            progress(n, n)
+    elif processes and processes > 1 and n > 1:
         with process_pool(min(processes, n)) as pool:
-            for part in pool.map(_file_columns, [fmt] * n, files, [math] * n, [options] * n,
-                                 names):
+            for part in pool.map(_file_columns, fmts, files, [math] * n, opts, names,
+                                 [skip] * n):
                 parts.append(part)
                 if progress is not None:
                     progress(len(parts), n)
     else:
-        for f, name in zip(files, names, strict=True):
-            parts.append(_file_columns(fmt, f, math, options, name))
+        for fmt, f, opt, name in zip(fmts, files, opts, names, strict=True):
+            parts.append(_file_columns(fmt, f, math, opt, name, skip))
             if progress is not None:
                 progress(len(parts), n)
-    columns = {name: [v for part in parts for v in part[name]] for name in parts[0]}
-    if fmt in _NAMED:
-        _check_unique(columns["trajectory_id"])
-    return table_from_columns(columns, _EXTRA[fmt])
+    left_out = [k for _, part in parts for k in part]
+    tables = []
+    for fmt in groups:
+        kept = [cols for f, (cols, _) in zip(fmts, parts, strict=True)
+                if f == fmt and cols is not None]
+        if not kept:
+            kept = [derive_columns([], extra_names=[f.name for f in _EXTRA[fmt]])]
+        columns = {name: [v for part in kept for v in part[name]] for name in kept[0]}
+        tables.append(table_from_columns(columns, _EXTRA[fmt]))
+    table = tables[0] if len(tables) == 1 else pa.concat_tables(tables,
+                                                                promote_options="default")
+    if len(groups) > 1 or next(iter(groups)) in _NAMED:
+        dup = _check_unique(table.column("trajectory_id").to_pylist(), skip)
+        if dup:
+            keep = [i for i in range(table.num_rows) if i not in dup]
+            left_out += [SkippedRecord("(import)", None, why) for why in dup.values()]
+            table = table.take(pa.array(keep, pa.int64()))
+    if skipped is not None:
+        skipped.extend(left_out)
+    return table
 
 
-def _check_unique(ids: list[str]) -> None:
+def _check_unique(ids: list[str], skip: bool = False) -> dict[int, str]:
+    """Raise on the first trajectory id that repeats (``skip``: return ``{index: why}`` of
+    every repeat after its first occurrence instead)."""
     seen: dict[str, int] = {}
+    dup: dict[int, str] = {}
     for i, tid in enumerate(ids):
         first = seen.setdefault(tid, i)
         if first != i:
-            raise ValueError(f"trajectory_id {tid!r} appears twice (trajectories {first} and "
-                             f"{i} of the import): a file given twice, or, with the generic "
-                             "mapping, trajectory ids that repeat in the data")
+            why = (f"trajectory_id {tid!r} appears twice (trajectories {first} and {i} of the "
+                   "import): a file given twice, or, with the generic mapping, trajectory "
+                   "ids that repeat in the data")
+            if not skip:
+                raise ValueError(why)
+            dup[i] = why
+    return dup
 
 
 def import_dylan(paths: PathsLike, *, math: bool = False, processes: int | None = None,
@@ -265,6 +391,32 @@ def import_generic(paths: PathsLike, *, config: str | os.PathLike | Mapping | Ge
     return _import("generic", paths, math, processes, mapping=mapping)
 
 
+def _import_mixed(groups: Mapping[str, list[Path]], math: bool, processes: int | None,
+                  progress: Callable[[int, int], None] | None, *, on_error: str,
+                  skipped: list[SkippedRecord] | None, **options) -> pa.Table:
+    """Files of several formats, each format's with its own importer (``options``: each
+    format's own, given once; one no detected format takes raises ``TypeError``)."""
+    takes = {o for fmt in groups for o in OPTIONS[fmt]}
+    unknown = sorted(set(options) - takes)
+    if unknown:
+        raise TypeError(f"none of the formats found ({', '.join(groups)}) takes option "
+                        f"{unknown[0]!r}")
+    per: dict[str, dict] = {}
+    for fmt in groups:
+        own = {k: v for k, v in options.items() if k in OPTIONS[fmt]}
+        if fmt == "dylan":
+            own = {"recover": own.get("recover", True)}
+        elif fmt == "chateval":
+            refs = own.get("references")
+            if refs is not None and not isinstance(refs, Mapping):
+                refs = read_references(refs)
+            own = {"references": None if refs is None else dict(refs)}
+        per[fmt] = own
+    every = [f for files in groups.values() for f in files]
+    return _import_groups(groups, file_names(every), math, processes, progress,
+                          on_error=on_error, skipped=skipped, options=per)
+
+
 #: Importers by format name, as ``fastuq import FORMAT`` takes them.
 FORMATS = {"dylan": import_dylan, "du": import_du, "ford": import_ford,
            "agora": import_agora, "chateval": import_chateval, "mad": import_mad,
@@ -277,13 +429,25 @@ OPTIONS = {"dylan": ("recover",), "du": (), "ford": (), "agora": (),
 
 def import_logs(fmt: str, paths: PathsLike, *, math: bool = False,
                 processes: int | None = None,
-                progress: Callable[[int, int], None] | None = None, **options) -> pa.Table:
+                progress: Callable[[int, int], None] | None = None,
+                on_error: str = "raise", skipped: list[SkippedRecord] | None = None,
+                **options) -> pa.Table:
     """Dispatch to the importer of ``fmt`` (a key of :data:`FORMATS`; ``"auto"``: the
     format :func:`detect_format` tells); ``options`` are that importer's own keywords
     (:data:`OPTIONS`), and any other raises ``TypeError`` naming it. ``progress(done,
-    total)`` is called after each file."""
+    total)`` is called after each file.
+
+    ``on_error="skip"``: a bad record is left out instead of stopping the import (a file
+    that cannot be read at all, malformed JSON for one, is left out whole; a trajectory id
+    that repeats an earlier one is left out too), and each is appended, with the message
+    that names it, to ``skipped`` (:class:`~fastuq.importers.common.SkippedRecord`:
+    ``source`` file, ``record`` index or ``None`` for a whole file, ``reason``)."""
     if fmt == "auto":
-        fmt, _ = detect_format(paths)
+        groups, _ = detect_each(paths)
+        if len(groups) > 1:
+            return _import_mixed(groups, math, processes, progress, on_error=on_error,
+                                 skipped=skipped, **options)
+        fmt = next(iter(groups))
     if fmt not in FORMATS:
         raise ValueError(f"unknown log format {fmt!r}; expected one of {sorted(FORMATS)}")
     unknown = sorted(set(options) - set(OPTIONS[fmt]))
@@ -303,4 +467,5 @@ def import_logs(fmt: str, paths: PathsLike, *, math: bool = False,
         config = options["config"]
         options = {"mapping": config if isinstance(config, GenericMapping)
                    else load_mapping(config)}
-    return _import(fmt, paths, math, processes, progress, **options)
+    return _import(fmt, paths, math, processes, progress, on_error=on_error, skipped=skipped,
+                   **options)

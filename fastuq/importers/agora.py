@@ -17,7 +17,8 @@ File format: one JSON list, one object per question:
 * ``answer``: the gold, a GSM8K solution ending ``#### N``, an MMLU letter, or the
   arithmetic result (a number or a string).
 
-Canonical record: protocol ``"agora"``, ``n_agents`` = the number of models, slot ``k`` =
+Canonical record: protocol ``"debate"`` (source ``"agora"``), ``n_agents`` = the number of
+models, slot ``k`` =
 the ``k``-th key of ``agent_response``, round ``t`` = each model's ``t``-th response (a model
 with fewer responses leaves null nodes and flags ``ragged_rounds``; a null response is a null
 node). Answers are extracted from the texts as for Du et al.'s logs, guided by the gold
@@ -33,7 +34,7 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
-from fastuq.importers.common import ParsedRecord, load_json_list, record_error
+from fastuq.importers.common import ParsedRecord, load_json_list, parse_each, record_error
 from fastuq.importers.du import parse_gold
 
 __all__ = ["parse_agora_file"]
@@ -68,7 +69,7 @@ def _parse_record(path: Path, name: str, index: int, rec: object) -> ParsedRecor
     return ParsedRecord(
         trajectory_id=f"{name}:{index}",
         question=question.strip(),
-        protocol="agora",
+        protocol="debate",
         n_agents=len(per_agent),
         reference=parse_gold(gold),
         texts=texts,
@@ -82,4 +83,4 @@ def parse_agora_file(path: Path, name: str | None = None) -> list[ParsedRecord]:
     ``name``: the file's part of the trajectory ids (default: its stem)."""
     data = load_json_list(path, "LLM-Agora records")
     name = path.stem if name is None else name
-    return [_parse_record(path, name, i, rec) for i, rec in enumerate(data)]
+    return parse_each(path, enumerate(data), lambda i, rec: _parse_record(path, name, i, rec))

@@ -18,7 +18,8 @@ results hold no gold: it is read from the record's ``human_results`` (or ``gold`
 file carries one, else from ``references``, the run's input file (``test.json``: records with
 ``question`` and ``human_results``), matched by question text.
 
-Canonical record: protocol ``"chateval"``, one round (the results keep only each agent's
+Canonical record: protocol ``"debate"`` (source ``"chateval"``), one round (the results keep
+only each agent's
 final statement), ``n_agents`` = the number of evaluations, slot ``k`` = the ``k``-th. Each
 agent's answer is its verdict as a label: the name of the response it scores higher (or
 names, in a direct comparison), ``"tie"`` for equal scores, null when the statement gives
@@ -42,6 +43,7 @@ from pathlib import Path
 from fastuq.importers.common import (
     ParsedRecord,
     load_json_list,
+    parse_each,
     record_error,
     short_label,
 )
@@ -149,7 +151,7 @@ def _parse_record(path: Path, name: str, index: int, rec: object, reverse: bool,
     return ParsedRecord(
         trajectory_id=f"{name}:{index}",
         question=question.strip(),
-        protocol="chateval",
+        protocol="debate",
         n_agents=len(texts),
         reference=gold,
         texts=[texts],
@@ -169,5 +171,5 @@ def parse_chateval_file(path: Path, name: str | None = None,
     data = load_json_list(path, "ChatEval records")
     reverse = _reversed(path)
     name = path.stem if name is None else name
-    return [_parse_record(path, name, i, rec, reverse, references)
-            for i, rec in enumerate(data)]
+    return parse_each(path, enumerate(data),
+                      lambda i, rec: _parse_record(path, name, i, rec, reverse, references))

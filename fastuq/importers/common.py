@@ -42,6 +42,8 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -66,8 +68,10 @@ __all__ = [
     "load_json",
     "load_json_list",
     "load_json_object",
+    "parse_each",
     "question_id",
     "short_label",
+    "skipping",
     "table_from_columns",
 ]
 
@@ -78,7 +82,7 @@ FinalRule = Literal["last_round", "all_rounds", "given"]
 
 _BASE_FIELDS = [
     CANONICAL.field(name)
-    for name in ("trajectory_id", "question_id", "protocol", "n_agents", "reference",
+    for name in ("trajectory_id", "question_id", "protocol", "source", "n_agents", "reference",
                  "final_answer", "correct", "agreement", "answers", "texts", "flags")
 ] + [pa.field("question", pa.string())]
 
@@ -89,6 +93,8 @@ class ParsedRecord:
 
     trajectory_id: str
     question: str
+    #: the interaction structure (``debate``, ``dylan``, ``self_consistency``, ...): selects
+    #: presets
     protocol: str
     n_agents: int
     reference: str | None
@@ -107,6 +113,8 @@ class ParsedRecord:
     final: str | None = None
     #: the log's own question id (None: :func:`question_id` of ``question``)
     qid: str | None = None
+    #: the log format or data set it came from (``ford``, ``agora``, ...): metadata only
+    source: str | None = None
 
     def __post_init__(self) -> None:
         if self.final_rule not in ("last_round", "all_rounds", "given"):
@@ -284,6 +292,47 @@ def load_json_object(path: Path) -> dict:
     return data
 
 
+@dataclass(frozen=True)
+class SkippedRecord:
+    """A record (or a whole file, ``record`` None) that ``on_error="skip"`` left out."""
+
+    source: str
+    record: int | None
+    reason: str
+
+
+_SKIPPING: ContextVar[list[SkippedRecord] | None] = ContextVar("fastuq_import_skipping",
+                                                               default=None)
+
+
+@contextmanager
+def skipping(into: list[SkippedRecord]) -> Iterator[list[SkippedRecord]]:
+    """Within the block, :func:`parse_each` leaves out a record whose parse raises
+    ``ValueError`` and appends it, with the message, to ``into``."""
+    token = _SKIPPING.set(into)
+    try:
+        yield into
+    finally:
+        _SKIPPING.reset(token)
+
+
+def parse_each(path: Path, items: Iterable[tuple[int, object]],
+               parse_one: Callable[[int, object], ParsedRecord]) -> list[ParsedRecord]:
+    """``[parse_one(index, item) for index, item in items]``; inside :func:`skipping`, a
+    record whose parse raises ``ValueError`` (a bad record, named by the message) is left
+    out and listed instead of ending the file."""
+    into = _SKIPPING.get()
+    if into is None:
+        return [parse_one(index, item) for index, item in items]
+    out = []
+    for index, item in items:
+        try:
+            out.append(parse_one(index, item))
+        except ValueError as exc:
+            into.append(SkippedRecord(str(path), index, str(exc)))
+    return out
+
+
 def record_error(path: Path, index: int, key: str, what: str, *,
                  key_end: bool = False) -> ValueError:
     """``ValueError("PATH: record INDEX ('KEY'): WHAT")`` for a bad record of a log file
@@ -404,6 +453,7 @@ def derive_columns(records: Sequence[ParsedRecord], *, math: bool = False,
         "question_id": [r.qid if r.qid is not None else question_id(r.question)
                         for r in records],
         "protocol": [r.protocol for r in records],
+        "source": [r.source for r in records],
         "n_agents": [r.n_agents for r in records],
         "reference": refs,
         "final_answer": finals,

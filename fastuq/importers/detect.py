@@ -26,7 +26,7 @@ from pathlib import Path
 from fastuq.importers.common import expand_paths, load_json
 from fastuq.importers.mad import is_mad_config
 
-__all__ = ["DETECTABLE", "detect_format", "sniff_file"]
+__all__ = ["DETECTABLE", "detect_each", "detect_format", "sniff_file"]
 
 #: The formats :func:`detect_format` can recognise.
 DETECTABLE = ("dylan", "du", "ford", "agora", "chateval", "mad")
@@ -114,3 +114,39 @@ def detect_format(paths) -> tuple[str, Path]:
         f"{looked}: cannot tell the format (recognised: {known}); name the format, "
         "fastuq import FORMAT SRC..., or map a layout of your own with fastuq import "
         "generic --config map.toml SRC...")
+
+
+def detect_each(paths) -> tuple[dict[str, list[Path]], list[Path]]:
+    """The format of every file of ``paths`` (expanded as :func:`detect_format` does), for
+    an import that mixes formats: ``({format: its files, in order}, files passed over)``.
+    A file of a folder that fits no format (a ``*_performance.json``, a README) is passed
+    over; a file named by itself must fit one.
+
+    Raises:
+      ValueError: a file fits several formats, a file named by itself fits none, or no file
+        fits any (the message names the file and lists the formats).
+      FileNotFoundError: a path does not exist.
+    """
+    paths = [paths] if isinstance(paths, str | Path) else list(paths)
+    named = {Path(p).absolute() for p in paths if Path(p).is_file()}
+    files = expand_paths(paths, (".json", ".jsonl", ".parquet"),
+                         keep=lambda p: not is_mad_config(p))
+    known = ", ".join(DETECTABLE)
+    groups: dict[str, list[Path]] = {}
+    passed: list[Path] = []
+    for path in files:
+        found = sniff_file(path)
+        if len(found) > 1:
+            raise ValueError(f"{path}: ambiguous, it fits {' and '.join(found)}; name the "
+                             f"format (one of: {known}, generic)")
+        if found:
+            groups.setdefault(found[0], []).append(path)
+        elif path.absolute() in named:
+            raise ValueError(f"{path}: cannot tell the format (recognised: {known}); name "
+                             "the format, fastuq import FORMAT SRC..., or map a layout of "
+                             "your own with fastuq import generic --config map.toml SRC...")
+        else:
+            passed.append(path)
+    if not groups:
+        detect_format(paths)  # raises its message (no file fits a format)
+    return groups, passed

@@ -27,7 +27,13 @@ from functools import partial
 from pathlib import Path
 
 from fastuq.answers.extract import _last_boxed
-from fastuq.importers.common import ParsedRecord, chat_history, load_json_object, record_error
+from fastuq.importers.common import (
+    ParsedRecord,
+    chat_history,
+    load_json_object,
+    parse_each,
+    record_error,
+)
 
 __all__ = ["parse_du_file", "parse_gold"]
 
@@ -88,4 +94,5 @@ def _parse_record(path: Path, index: int, key: str, value) -> ParsedRecord:
 def parse_du_file(path: Path) -> list[ParsedRecord]:
     """Records of one Du-format debate log, in file order (see the module docstring)."""
     data = load_json_object(path)
-    return [_parse_record(path, i, k, v) for i, (k, v) in enumerate(data.items())]
+    return parse_each(path, enumerate(data.items()),
+                      lambda i, kv: _parse_record(path, i, kv[0], kv[1]))

@@ -73,7 +73,13 @@ import re
 from functools import partial
 from pathlib import Path
 
-from fastuq.importers.common import ParsedRecord, chat_history, load_json_object, record_error
+from fastuq.importers.common import (
+    ParsedRecord,
+    chat_history,
+    load_json_object,
+    parse_each,
+    record_error,
+)
 
 __all__ = ["TEAM_SIZE", "parse_dylan_file"]
 
@@ -209,4 +215,5 @@ def _parse_record(path: Path, index: int, key: str, value, recover: bool) -> Par
 def parse_dylan_file(path: Path, *, recover: bool = True) -> list[ParsedRecord]:
     """Records of one DyLAN MATH log, in file order (see the module docstring)."""
     data = load_json_object(path)
-    return [_parse_record(path, i, k, v, recover) for i, (k, v) in enumerate(data.items())]
+    return parse_each(path, enumerate(data.items()),
+                      lambda i, kv: _parse_record(path, i, kv[0], kv[1], recover))

@@ -163,7 +163,7 @@ def _parse_record(path: Path, name: str, index: int, rec: dict) -> ParsedRecord:
     return ParsedRecord(
         trajectory_id=f"{name}:{index}",
         question=question,
-        protocol="ford",
+        protocol="debate",
         n_agents=n,
         reference=parse_ford_gold(rec["A"]),
         texts=texts,

@@ -14,7 +14,10 @@ required key raise ``ValueError`` naming the key.
   response in one round), the trajectory's other fields repeated on its rows.
 * ``format``: ``"jsonl"`` or ``"parquet"`` (default: from each file's name, ``.jsonl`` /
   ``.parquet``; a folder stands for its files of those suffixes).
-* ``protocol``: the ``protocol`` column (default ``"generic"``).
+* ``protocol``: the ``protocol`` column, the interaction structure that selects presets
+  (default ``"debate"``; ``"self_consistency"`` with ``trajectory.samples``).
+* ``source``: the ``source`` column, the log format or data set (metadata only; default
+  ``"generic"``).
 
 ``[trajectory]`` (key paths in the record; in the long layout, in each row)
 
@@ -36,6 +39,23 @@ required key raise ``ValueError`` naming the key.
   ``{agent name: [nodes]}`` (slot = key order). A shorter round or agent leaves null nodes
   (agents that did not speak); a null node is one too.
 * ``order`` (nested only): ``"round_agent"`` or ``"agent_round"``, as above.
+* ``samples`` (nested only, instead of ``rounds``): a self-consistency log's flat list of the
+  question's ``k`` sampled responses (nodes), which become round 0, one slot per sample
+  (``n_agents`` = ``k``); the protocol defaults to ``"self_consistency"``.
+
+``[gold]`` (optional: the gold answers in a second file, joined by key; instead of
+``trajectory.reference``)
+
+* ``file`` (required): a JSONL file, a JSON list or a Parquet file of records, one per
+  question; a relative path is read from the mapping file's folder (from the working folder
+  for a mapping given as a ``dict``).
+* ``key`` (required): the key path of the question id in those records, matched to
+  ``trajectory.question_id`` (a string or an integer, compared as strings).
+* ``answer`` (required): the key path of the gold answer in those records (read as
+  ``trajectory.reference`` is).
+
+A key that appears twice in the gold file, or a trajectory whose question id it lacks, is an
+error naming the file and the record.
 
 ``[node]`` (key paths in a node; in the long layout, in the row)
 
@@ -71,6 +91,24 @@ Example (``map.toml``) for lines such as ``{"id": 7, "q": "...", "gold": "B", "t
     [node]
     text = "say"
     answer = "pick"
+
+A self-consistency log, ``{"qid": 7, "samples": ["...", "...", "..."]}`` per line, with its
+gold in ``gold.jsonl`` (``{"id": 7, "answer": "42"}`` per line)::
+
+    [input]
+    layout = "nested"
+
+    [trajectory]
+    question_id = "qid"
+    samples = "samples"
+
+    [node]
+    text = "."
+
+    [gold]
+    file = "gold.jsonl"
+    key = "id"
+    answer = "answer"
 """
 
 from __future__ import annotations
@@ -86,20 +124,23 @@ from fastuq.importers.common import (
     ParsedRecord,
     get_path,
     iter_jsonl,
+    load_json_list,
+    parse_each,
     record_error,
     short_label,
 )
 from fastuq.importers.du import parse_gold
 
-__all__ = ["GenericMapping", "load_mapping", "parse_generic_file"]
+__all__ = ["GenericMapping", "load_mapping", "parse_generic_file", "read_gold"]
 
 _KEYS: dict[str, tuple[str, ...]] = {
-    "input": ("layout", "format", "protocol"),
+    "input": ("layout", "format", "protocol", "source"),
     "trajectory": ("question_id", "question", "reference", "final_answer", "trajectory_id",
-                   "rounds", "order"),
+                   "rounds", "order", "samples"),
     "node": ("text", "answer", "round", "agent"),
+    "gold": ("file", "key", "answer"),
 }
-_NESTED_ONLY = {"trajectory.rounds", "trajectory.order"}
+_NESTED_ONLY = {"trajectory.rounds", "trajectory.order", "trajectory.samples"}
 _LONG_ONLY = {"node.round", "node.agent"}
 _CHOICES = {"input.layout": ("nested", "long"), "input.format": ("jsonl", "parquet"),
             "trajectory.order": ("round_agent", "agent_round")}
@@ -113,7 +154,8 @@ class GenericMapping:
     layout: str
     question_id: str
     format: str | None = None
-    protocol: str = "generic"
+    protocol: str = "debate"
+    source: str = "generic"
     question: str | None = None
     reference: str | None = None
     final_answer: str | None = None
@@ -124,6 +166,9 @@ class GenericMapping:
     answer: str | None = None
     round: str | None = None
     agent: str | None = None
+    samples: str | None = None
+    #: ``[gold]``: the gold file's answers by question id (``None``: no gold file)
+    gold: Mapping[str, str | None] | None = None
 
     @property
     def suffixes(self) -> tuple[str, ...]:
@@ -140,7 +185,9 @@ def load_mapping(source: str | os.PathLike | Mapping) -> GenericMapping:
     FileNotFoundError for a missing file."""
     if isinstance(source, Mapping):
         where, data = "mapping", dict(source)
+        folder = Path.cwd()
     else:
+        folder = Path(source).parent
         where = os.fspath(source)
         try:
             with open(source, "rb") as fh:
@@ -172,7 +219,18 @@ def load_mapping(source: str | os.PathLike | Mapping) -> GenericMapping:
     if layout is None:
         raise bad("missing key 'input.layout' ('nested' or 'long')")
     required = ["trajectory.question_id"]
-    required += ["trajectory.rounds"] if layout == "nested" else ["node.round", "node.agent"]
+    if layout == "nested":
+        if "trajectory.samples" in values and "trajectory.rounds" in values:
+            raise bad("give trajectory.rounds (a debate's rounds) or trajectory.samples (a "
+                      "self-consistency log's samples), not both")
+        if "trajectory.samples" not in values:
+            required.append("trajectory.rounds")
+    else:
+        required += ["node.round", "node.agent"]
+    if any(k.startswith("gold.") for k in values):
+        required += ["gold.file", "gold.key", "gold.answer"]
+        if "trajectory.reference" in values:
+            raise bad("give trajectory.reference or a [gold] file, not both")
     for name in required:
         if name not in values:
             raise bad(f"missing key {name!r} (required with layout = {layout!r})")
@@ -182,7 +240,53 @@ def load_mapping(source: str | os.PathLike | Mapping) -> GenericMapping:
                   f"{'long' if layout == 'nested' else 'nested'!r}")
     if "node.text" not in values and "node.answer" not in values:
         raise bad("[node] needs 'text' or 'answer' (or both)")
-    return GenericMapping(**{name.split(".", 1)[1]: v for name, v in values.items()})
+    gold = None
+    if "gold.file" in values:
+        gold = read_gold(folder / values.pop("gold.file"), values.pop("gold.key"),
+                         values.pop("gold.answer"))
+    if "input.protocol" not in values and "trajectory.samples" in values:
+        values["input.protocol"] = "self_consistency"
+    return GenericMapping(**{name.split(".", 1)[1]: v for name, v in values.items()},
+                          gold=gold)
+
+
+def read_gold(path: str | os.PathLike, key: str, answer: str) -> dict[str, str | None]:
+    """``{question id: gold}`` of a gold file (JSONL, a JSON list or Parquet; ``key`` and
+    ``answer`` are key paths in its records; the gold is read as ``trajectory.reference``
+    is). ValueError naming the file and the record for a record without either key, a key
+    that is not a string or an integer, or a key that repeats; FileNotFoundError for a
+    missing file."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such gold file ([gold] file)")
+    name = path.name.lower()
+    if name.endswith(".json"):
+        records: list = list(enumerate(load_json_list(path, "gold records")))
+    else:
+        records = list(_rows(path, GenericMapping(layout="nested", question_id=key)))
+    out: dict[str, str | None] = {}
+    first: dict[str, int] = {}
+    for index, rec in records:
+        fail = partial(record_error, path, index, "")
+        try:
+            raw_key = get_path(rec, key)
+        except KeyError:
+            raise fail(f"missing field {key!r} (gold.key)") from None
+        qid = _scalar_id(raw_key, "gold.key", fail)
+        try:
+            value = get_path(rec, answer)
+        except KeyError:
+            raise fail(f"missing field {answer!r} (gold.answer)") from None
+        if qid in first:
+            raise record_error(path, index, qid, f"question id repeats record {first[qid]}'s "
+                               "(gold.key)")
+        first[qid] = index
+        if value is not None and (isinstance(value, bool)
+                                  or not isinstance(value, str | int | float)):
+            raise fail(f"gold.answer {answer!r} must be a string or a number, got "
+                       f"{type(value).__name__}")
+        out[qid] = None if value is None else short_label(parse_gold(value))
+    return out
 
 
 def _rows(path: Path, mapping: GenericMapping) -> Iterator[tuple[int, dict]]:
@@ -261,7 +365,12 @@ def _record(path: Path, m: GenericMapping, tid: str, qid: str, head: dict, fail,
     question = _field(head, m.question, "trajectory.question", fail)
     if question is not None and not isinstance(question, str):
         raise fail(f"question {m.question!r} must be a string, got {type(question).__name__}")
-    reference = _gold(_field(head, m.reference, "trajectory.reference", fail), m, fail)
+    if m.gold is not None:
+        if qid not in m.gold:
+            raise fail(f"question id {qid!r} is not in the [gold] file")
+        reference = m.gold[qid]
+    else:
+        reference = _gold(_field(head, m.reference, "trajectory.reference", fail), m, fail)
     texts = [[t for t, _ in row] for row in grid]
     given = m.answer is not None
     final = None
@@ -281,6 +390,7 @@ def _record(path: Path, m: GenericMapping, tid: str, qid: str, head: dict, fail,
         final_rule="given" if m.final_answer is not None else "last_round",
         final=final,
         qid=qid,
+        source=m.source,
         extra={"agents": names},
     )
 
@@ -325,25 +435,34 @@ def _nested_grid(container: object, m: GenericMapping, fail
 
 
 def _parse_nested(path: Path, m: GenericMapping, name: str) -> list[ParsedRecord]:
-    out = []
-    for index, rec in _rows(path, m):
-        try:
-            qid_raw = get_path(rec, m.question_id)
-        except KeyError:
-            raise record_error(path, index, "", f"missing field {m.question_id!r} "
-                               f"(trajectory.question_id)") from None
-        qid = _scalar_id(qid_raw, "question_id", partial(record_error, path, index, ""))
-        fail = partial(record_error, path, index, qid)
-        tid = f"{name}:{index}"
-        if m.trajectory_id is not None:
-            tid = _scalar_id(_field(rec, m.trajectory_id, "trajectory.trajectory_id", fail),
-                             "trajectory_id", fail)
+    return parse_each(path, _rows(path, m),
+                      lambda index, rec: _nested_record(path, m, name, index, rec))
+
+
+def _nested_record(path: Path, m: GenericMapping, name: str, index: int, rec: dict
+                   ) -> ParsedRecord:
+    try:
+        qid_raw = get_path(rec, m.question_id)
+    except KeyError:
+        raise record_error(path, index, "", f"missing field {m.question_id!r} "
+                           f"(trajectory.question_id)") from None
+    qid = _scalar_id(qid_raw, "question_id", partial(record_error, path, index, ""))
+    fail = partial(record_error, path, index, qid)
+    tid = f"{name}:{index}"
+    if m.trajectory_id is not None:
+        tid = _scalar_id(_field(rec, m.trajectory_id, "trajectory.trajectory_id", fail),
+                         "trajectory_id", fail)
+    if m.samples is not None:
+        samples = _field(rec, m.samples, "trajectory.samples", fail)
+        if not isinstance(samples, list) or not samples:
+            raise fail(f"samples {m.samples!r} must be a non-empty list of responses")
+        nodes, names = [samples], None  # round 0, one slot per sample
+    else:
         container = _field(rec, m.rounds, "trajectory.rounds", fail)
         nodes, names = _nested_grid(container, m, fail)
-        grid = [[_node_values(node, m, f"round {t} agent {k}", fail)
-                 for k, node in enumerate(row)] for t, row in enumerate(nodes)]
-        out.append(_record(path, m, tid, qid, rec, fail, grid, names))
-    return out
+    grid = [[_node_values(node, m, f"round {t} agent {k}", fail)
+             for k, node in enumerate(row)] for t, row in enumerate(nodes)]
+    return _record(path, m, tid, qid, rec, fail, grid, names)
 
 
 def _sort_key(value: object) -> tuple:
@@ -366,8 +485,8 @@ def _parse_long(path: Path, m: GenericMapping, name: str) -> list[ParsedRecord]:
     shared = [(p, f"trajectory.{n}") for p, n in (
         (m.question_id, "question_id"), (m.question, "question"),
         (m.reference, "reference"), (m.final_answer, "final_answer")) if p is not None]
-    out = []
-    for key, rows in groups.items():
+    def one(_: int, item: tuple[str, list[tuple[int, dict]]]) -> ParsedRecord:
+        key, rows = item
         qid = qids[key]
         head_index, head = rows[0]
         nodes: dict[tuple[int, object], tuple[int, dict]] = {}
@@ -402,10 +521,11 @@ def _parse_long(path: Path, m: GenericMapping, name: str) -> list[ParsedRecord]:
                                             partial(record_error, path, index, qid)))
             grid.append(row)
         tid = key if m.trajectory_id is not None else f"{name}:{qid}"
-        out.append(_record(path, m, tid, qid, head,
-                           partial(record_error, path, head_index, qid), grid,
-                           [str(a) for a in agents]))
-    return out
+        return _record(path, m, tid, qid, head,
+                       partial(record_error, path, head_index, qid), grid,
+                       [str(a) for a in agents])
+
+    return parse_each(path, [(rows[0][0], (key, rows)) for key, rows in groups.items()], one)
 
 
 def parse_generic_file(path: Path, mapping: GenericMapping, name: str | None = None

@@ -23,7 +23,8 @@ them are the run's prompts and are skipped when a folder is imported), with
 * the gold, when the run has one: ``answer``, ``gold``, ``reference`` or ``"correct
   reference"`` (the first present and non-empty).
 
-Canonical record: protocol ``"mad"``, two agents (slot 0 the affirmative side, slot 1 the
+Canonical record: protocol ``"debate"`` (source ``"mad"``), two agents (slot 0 the affirmative
+side, slot 1 the
 negative side; the moderator and the judge decide but do not answer), round ``t`` = each
 debater's ``t``-th turn (a side with fewer turns leaves null nodes and flags
 ``ragged_rounds``). Answers are read from the turns as short labels
@@ -111,7 +112,7 @@ def parse_mad_file(path: Path, name: str | None = None) -> list[ParsedRecord]:
     return [ParsedRecord(
         trajectory_id=path.stem if name is None else name,
         question=str(topic).strip(),
-        protocol="mad",
+        protocol="debate",
         n_agents=len(DEBATERS),
         reference=reference,
         texts=texts,

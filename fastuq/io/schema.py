@@ -54,6 +54,7 @@ CANONICAL: pa.Schema = pa.schema(
         pa.field("trajectory_id", _STR),
         pa.field("question_id", _STR),
         pa.field("protocol", _STR),
+        pa.field("source", _STR),
         pa.field("n_agents", _I32),
         pa.field("reference", _STR),
         pa.field("final_answer", _STR),
@@ -79,7 +80,10 @@ CANONICAL: pa.Schema = pa.schema(
 """Every canonical column with its Arrow type (``texts``: ``[round][agent]`` response texts;
 ``active``: ``[round][agent]`` whether the agent is still in the team, e.g. DyLAN's ranker
 survivors; a null list or node means active, and a corpus without the column has every agent
-that speaks active)."""
+that speaks active);
+``protocol``: the interaction structure, which selects presets and the default graph;
+``source``: the log format or data set the record came from, metadata only, never used to
+pick a preset)."""
 
 NODE_COLUMNS: tuple[str, ...] = (
     "answers", "seq_logprob", "n_tokens", "token_logprobs", "topk_logprobs", "belief",
