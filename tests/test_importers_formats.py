@@ -213,7 +213,7 @@ def test_ford_bad_input_names_file_record_and_field(tmp_path):
     cases = [
         (_ford_record(P=["None", "None", "A", "B", "A"],
                       M=["system", "system", "m1", "m2", "m1"]),
-         r"record 1 \('Q1\?'\): R has 4 entries but P has 5"),
+         r"record 1 \(line 2, 'Q1\?'\): R has 4 entries but P has 5"),
         (_ford_record(M=["system", "system", "m1", "m1b"], P=["None", "None", "A", "B"],
                       R=_ford_record()["R"] + [{"role": "assistant", "content": "c"}]),
          r"record 1 .*R has 5 entries but P has 4"),
@@ -873,7 +873,8 @@ def _bad_agora(folder: Path) -> Path:
 def test_cli_import_on_error_skip_lists_bad_records_and_files(tmp_path, monkeypatch, capsys):
     bad = _bad_agora(tmp_path / "bad")
     out = tmp_path / "a.parquet"
-    assert _main(monkeypatch, ["import", "agora", str(bad), "-o", str(out)]) == 1
+    # an input error: exit 2 (fastuq.cli.exit_status)
+    assert _main(monkeypatch, ["import", "agora", str(bad), "-o", str(out)]) == 2
     assert "cut_result.json: malformed JSON" in capsys.readouterr().err  # the first file
     assert not out.exists()
     assert _main(monkeypatch, ["import", "agora", str(bad), "-o", str(out), "--on-error",

@@ -438,8 +438,9 @@ def import_logs(fmt: str, paths: PathsLike, *, math: bool = False,
     total)`` is called after each file.
 
     ``on_error="skip"``: a bad record is left out instead of stopping the import (a file
-    that cannot be read at all, malformed JSON for one, is left out whole; a trajectory id
-    that repeats an earlier one is left out too), and each is appended, with the message
+    that cannot be read at all, malformed JSON for one, is left out whole, but a JSONL line
+    that is not JSON is one bad record; a trajectory id that repeats an earlier one is left
+    out too), and each is appended, with the message
     that names it, to ``skipped`` (:class:`~fastuq.importers.common.SkippedRecord`:
     ``source`` file, ``record`` index or ``None`` for a whole file, ``reason``)."""
     if fmt == "auto":

@@ -64,11 +64,13 @@ __all__ = [
     "expand_paths",
     "get_path",
     "iter_jsonl",
+    "jsonl_lines",
     "label_answer",
     "load_json",
     "load_json_list",
     "load_json_object",
     "parse_each",
+    "parse_jsonl_each",
     "question_id",
     "short_label",
     "skipping",
@@ -180,20 +182,32 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, int, dict]]:
     """``(record index, line number, object)`` for each non-blank line of a JSONL file, in
     order (record indexes count from 0, line numbers from 1); ValueError naming the file and
     the line for a line that is not a JSON object."""
+    for index, line_no, obj in jsonl_lines(path):
+        if isinstance(obj, ValueError):
+            raise obj
+        yield index, line_no, obj
+
+
+def jsonl_lines(path: Path) -> Iterator[tuple[int, int, dict | ValueError]]:
+    """As :func:`iter_jsonl`, but a line that is not a JSON object gives, in place of the
+    object, the ``ValueError`` naming the file, the record and the line, and still counts as
+    a record (the next line's index is one more): a caller can skip that record alone. A
+    file that is not UTF-8 text still raises (the whole file is unreadable)."""
     index = 0
     try:
         with open(path, encoding="utf-8") as fh:
             for line_no, line in enumerate(fh, 1):
                 if not line.strip():
                     continue
+                where = f"{path}: record {index} (line {line_no})"
                 try:
                     obj = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}: record {index} (line {line_no}): malformed "
-                                     f"JSON: {exc}") from exc
-                if not isinstance(obj, dict):
-                    raise ValueError(f"{path}: record {index} (line {line_no}): expected a "
-                                     f"JSON object, got {type(obj).__name__}")
+                    obj = ValueError(f"{where}: malformed JSON: {exc}")
+                else:
+                    if not isinstance(obj, dict):
+                        obj = ValueError(f"{where}: expected a JSON object, got "
+                                         f"{type(obj).__name__}")
                 yield index, line_no, obj
                 index += 1
     except UnicodeDecodeError as exc:
@@ -333,17 +347,35 @@ def parse_each(path: Path, items: Iterable[tuple[int, object]],
     return out
 
 
+def parse_jsonl_each(path: Path, parse_one: Callable[[int, int, dict], ParsedRecord]
+                     ) -> list[ParsedRecord]:
+    """:func:`parse_each` over the lines of a JSONL file: ``parse_one(index, line number,
+    object)`` for each record (:func:`jsonl_lines`). A line that is not a JSON object is a
+    bad record like any other: it raises its ``ValueError`` (file, record, line), or inside
+    :func:`skipping` is left out and listed while the other lines are read."""
+
+    def one(index: int, item: tuple[int, dict | ValueError]) -> ParsedRecord:
+        line_no, obj = item
+        if isinstance(obj, ValueError):
+            raise obj
+        return parse_one(index, line_no, obj)
+
+    return parse_each(path, ((i, (n, obj)) for i, n, obj in jsonl_lines(path)), one)
+
+
 def record_error(path: Path, index: int, key: str, what: str, *,
-                 key_end: bool = False) -> ValueError:
+                 key_end: bool = False, line: int | None = None) -> ValueError:
     """``ValueError("PATH: record INDEX ('KEY'): WHAT")`` for a bad record of a log file
     (``PATH: record INDEX: WHAT`` when the key is empty: not known yet); a key longer than 60
     characters is cut to its first 57 and ``...`` (``key_end``: ``...`` and its last 57, for
-    keys that end with what tells them apart)."""
+    keys that end with what tells them apart). ``line``: the record's line in a JSONL file,
+    named before the key (``PATH: record INDEX (line LINE, 'KEY'): WHAT``)."""
+    at = "" if line is None else f"line {line}"
     if not key:
-        return ValueError(f"{path}: record {index}: {what}")
+        return ValueError(f"{path}: record {index}{f' ({at})' if at else ''}: {what}")
     if len(key) > 60:
         key = "..." + key[-57:] if key_end else key[:57] + "..."
-    return ValueError(f"{path}: record {index} ({key!r}): {what}")
+    return ValueError(f"{path}: record {index} ({f'{at}, ' if at else ''}{key!r}): {what}")
 
 
 def chat_history(history: object, a: int | str, fail: Callable[[str], Exception], *,

@@ -69,7 +69,7 @@ import re
 from functools import partial
 from pathlib import Path
 
-from fastuq.importers.common import ParsedRecord, iter_jsonl, record_error, short_label
+from fastuq.importers.common import ParsedRecord, parse_jsonl_each, record_error, short_label
 
 __all__ = ["parse_ford_file", "parse_ford_gold"]
 
@@ -118,9 +118,9 @@ def _turn_texts(rec: dict, n_turns: int, fail) -> tuple[list[str | None], int]:
                "(round table)")
 
 
-def _parse_record(path: Path, name: str, index: int, rec: dict) -> ParsedRecord:
+def _parse_record(path: Path, name: str, index: int, line: int, rec: dict) -> ParsedRecord:
     key = rec.get("Q") if isinstance(rec.get("Q"), str) else ""
-    fail = partial(record_error, path, index, key)
+    fail = partial(record_error, path, index, key, line=line)
     for key, kind in (("Q", str), ("A", str), ("R", list), ("P", list)):
         if key not in rec:
             raise fail(f"missing field {key!r}")
@@ -176,6 +176,13 @@ def _parse_record(path: Path, name: str, index: int, rec: dict) -> ParsedRecord:
 
 def parse_ford_file(path: Path, name: str | None = None) -> list[ParsedRecord]:
     """Records of one FORD JSONL file, in file order (see the module docstring); ``name``:
-    the file's part of the trajectory ids (default: its stem)."""
+    the file's part of the trajectory ids (default: its stem).
+
+    A bad record (a line that is not a JSON object, a missing or ill-typed ``Q``, ``A``,
+    ``R``, ``P`` or ``M``, lengths that do not align) raises a ValueError naming the file,
+    the record, its line and the field; inside
+    :func:`~fastuq.importers.common.skipping` (``on_error="skip"``) it is left out and
+    listed, and the file's other records are read (a skipped line keeps its index: the
+    records after it keep their trajectory ids)."""
     name = path.stem if name is None else name
-    return [_parse_record(path, name, i, rec) for i, _, rec in iter_jsonl(path)]
+    return parse_jsonl_each(path, lambda i, line, rec: _parse_record(path, name, i, line, rec))

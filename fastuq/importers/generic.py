@@ -75,6 +75,13 @@ importing nulls. In the long layout the trajectory's fields must agree on all it
 an (agent, round) pair may appear once. Columns: the canonical ones, plus ``question`` and
 ``agents`` (the agents' names, where the layout names them).
 
+With ``on_error="skip"`` (``--on-error skip``) a bad trajectory is left out and listed
+alone: in the nested layout a bad record, a JSONL line that is not a JSON object included
+(the other lines keep their indexes); in the long layout a trajectory one of whose rows is
+bad. A long-layout row that cannot be given to a trajectory (a line that is not a JSON
+object, a missing or ill-typed question id or trajectory id) leaves the whole file out,
+since any of its trajectories could be the one missing a node.
+
 Example (``map.toml``) for lines such as ``{"id": 7, "q": "...", "gold": "B", "turns":
 [[{"say": "...", "pick": "B"}, ...], ...]}``::
 
@@ -123,7 +130,7 @@ from pathlib import Path
 from fastuq.importers.common import (
     ParsedRecord,
     get_path,
-    iter_jsonl,
+    jsonl_lines,
     load_json_list,
     parse_each,
     record_error,
@@ -289,13 +296,15 @@ def read_gold(path: str | os.PathLike, key: str, answer: str) -> dict[str, str |
     return out
 
 
-def _rows(path: Path, mapping: GenericMapping) -> Iterator[tuple[int, dict]]:
+def _rows(path: Path, mapping: GenericMapping) -> Iterator[tuple[int, dict | ValueError]]:
+    """``(index, row)`` of each row of the file; a JSONL line that is not a JSON object gives
+    its ``ValueError`` in place of the row (:func:`~fastuq.importers.common.jsonl_lines`)."""
     fmt = mapping.format or _SUFFIXES.get(path.suffix.lower())
     if fmt is None:
         raise ValueError(f"{path}: cannot tell JSONL from Parquet by the name: set "
                          "input.format in the mapping")
     if fmt == "jsonl":
-        for index, _, rec in iter_jsonl(path):
+        for index, _, rec in jsonl_lines(path):
             yield index, rec
         return
     import pyarrow.parquet as pq
@@ -435,8 +444,12 @@ def _nested_grid(container: object, m: GenericMapping, fail
 
 
 def _parse_nested(path: Path, m: GenericMapping, name: str) -> list[ParsedRecord]:
-    return parse_each(path, _rows(path, m),
-                      lambda index, rec: _nested_record(path, m, name, index, rec))
+    def one(index: int, rec: dict | ValueError) -> ParsedRecord:
+        if isinstance(rec, ValueError):  # a malformed line: this trajectory alone
+            raise rec
+        return _nested_record(path, m, name, index, rec)
+
+    return parse_each(path, _rows(path, m), one)
 
 
 def _nested_record(path: Path, m: GenericMapping, name: str, index: int, rec: dict
@@ -473,6 +486,8 @@ def _parse_long(path: Path, m: GenericMapping, name: str) -> list[ParsedRecord]:
     groups: dict[str, list[tuple[int, dict]]] = {}
     qids: dict[str, str] = {}
     for index, rec in _rows(path, m):
+        if isinstance(rec, ValueError):  # whose node it is cannot be told: the whole file
+            raise rec
         bare = partial(record_error, path, index, "")
         qid = _scalar_id(_field(rec, m.question_id, "trajectory.question_id", bare),
                          "question_id", bare)
