@@ -484,6 +484,9 @@ def test_import_math_over_workers_equals_checking_in_process(tmp_path):
     for processes in (None, 2, 3):
         got = import_du(log, math=True, processes=processes).to_pydict()
         for name, values in want.items():
+            if name not in got:  # a column no record has (active, for Du) is left out
+                assert all(v is None for v in values), (processes, name)
+                continue
             assert got[name] == values, (processes, name)
 
 

@@ -922,9 +922,10 @@ def test_import_detects_each_files_format_in_a_mixed_call(tmp_path, monkeypatch,
     # folder every file shares)
     alone = {fmt: import_logs(fmt, p) for fmt, p in zip(("mad", "ford", "agora"), srcs,
                                                         strict=True)}
-    assert t.column("source").to_pylist() == ["mad"] * 3 + ["ford"] * 4 + ["agora"] * 3
+    assert t.column("source").to_pylist() == ["mad"] * 3 + ["ford"] * 6 + ["agora"] * 3
     assert t.column("trajectory_id").to_pylist() == [
-        "mad/0", "mad/1", "mad/2", "ford/final/copa:0", "ford/final/copa:1",
+        "mad/0", "mad/1", "mad/2", "ford/final/anli:0", "ford/final/anli:1",
+        "ford/final/copa:0", "ford/final/copa:1",
         "ford/final/copa:2", "ford/final/copa:3", "agora/gsm_result:0", "agora/gsm_result:1",
         "agora/mmlu_result_cot:0"]
     for fmt, table in alone.items():
@@ -934,9 +935,9 @@ def test_import_detects_each_files_format_in_a_mixed_call(tmp_path, monkeypatch,
     out = tmp_path / "m.parquet"
     assert _main(monkeypatch, ["import", *map(str, srcs), "-o", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "detected formats: mad (3 files" in text and "ford (1 file," in text
-    assert "sources: agora 3, ford 4, mad 3" in text
-    assert pq.read_table(out).num_rows == 10
+    assert "detected formats: mad (3 files" in text and "ford (2 files," in text
+    assert "sources: agora 3, ford 6, mad 3" in text
+    assert pq.read_table(out).num_rows == 12
     # an option of a format none of the files has
     assert _main(monkeypatch, ["import", *map(str, srcs), "--no-recover", "-o",
                                str(out)]) == 2
