@@ -537,3 +537,34 @@ def test_replay_trace_on_sauce_matches_the_exact_filter():
                  dtype="float64")
     for r in _replay_rows(res, "trace"):
         _same(r, replay_totals(rows, "trace", scores=per_round, threshold=r["threshold"]), r)
+
+
+def test_replay_of_real_dylan_logs_matches_the_reference():
+    """The 44 real DyLAN MATH debates of tests/data (imported; ``active`` and
+    ``final_answer`` from the importer): fixed and uaad policies, calls by nodes. The
+    reference compares answers as strings, so every answer, final answer and reference is
+    first put in ``fastuq.answers.normalize_answer``'s canonical spelling (a black box here:
+    what counts as one answer is not what this test is about)."""
+    from pathlib import Path
+
+    from fastuq.answers import normalize_answer
+    from fastuq.importers import import_dylan
+
+    def norm(x):
+        return (normalize_answer(x) or None) if x is not None else None
+
+    t = import_dylan(Path(__file__).resolve().parent / "data" / "dylan_math")
+    rows = []
+    for r in t.to_pylist():
+        rows.append({**r, "answers": [[norm(x) for x in a] for a in r["answers"]],
+                     "final_answer": norm(r["final_answer"]),
+                     "reference": norm(r["reference"])})
+    assert len(rows) == 44 and any(not all(a) for r in rows for a in r["active"])
+    taus, epss = [0.5, 0.8, 1.0], [0.0, 0.05, 0.25]
+    res = replay(t, [Policy("fixed"), Policy("uaad", tau_c=taus, epsilon=epss)],
+                 calls="nodes", dtype="float64")
+    for r in _replay_rows(res, "fixed"):
+        _same(r, replay_totals(rows, "fixed", "nodes", rounds=r["rounds"]), r)
+    for r in _replay_rows(res, "uaad"):
+        _same(r, replay_totals(rows, "uaad", "nodes", tau_c=r["tau_c"],
+                               epsilon=r["epsilon"]), r)
