@@ -568,3 +568,35 @@ def test_replay_of_real_dylan_logs_matches_the_reference():
     for r in _replay_rows(res, "uaad"):
         _same(r, replay_totals(rows, "uaad", "nodes", tau_c=r["tau_c"],
                                epsilon=r["epsilon"]), r)
+
+
+def test_a_change_equal_to_epsilon_stops_in_uaad_and_in_replay():
+    """DESIGN: the consensus stop needs the share "moved <= epsilon": a change exactly equal
+    to epsilon stops. 5 agents: C goes 3/5 -> 4/5 (moved 1/5, which float64 computes as
+    0.20000000000000007); 4 agents: 3/4 -> 1 (moved 1/4 exactly). With tau_c 0.6 and
+    epsilon 0.2 / 0.25 both stop at round 1, by hand and in the package."""
+    rows = [
+        {"trajectory_id": "five", "protocol": "debate", "n_agents": 5, "reference": "2",
+         "answers": [["2", "2", "2", "1", "3"], ["2", "2", "2", "2", "3"],
+                     ["2", "2", "2", "2", "2"]], "token_entropy": [2.0, 2.0, 2.0]},
+        {"trajectory_id": "four", "protocol": "debate", "n_agents": 4, "reference": "2",
+         "answers": [["2", "2", "2", "1"], ["2", "2", "2", "2"], ["2", "2", "2", "2"]],
+         "token_entropy": [2.0, 2.0, 2.0]},
+    ]
+    assert [replay_stop(r, "uaad", tau_c=0.6, epsilon=e)
+            for r, e in zip(rows, (0.2, 0.25), strict=True)] == [1, 1]
+    # just below the change: no stop until the change is 0 (round 2)
+    assert [replay_stop(r, "uaad", tau_c=0.6, epsilon=e)
+            for r, e in zip(rows, (0.19, 0.24), strict=True)] == [2, 2]
+    got = fastuq.score(table(rows[:1]), "uaad", dtype="float64", tau_c=0.6, epsilon=0.2)
+    assert got["uaad_stop"][0].as_py() == uaad_exact(rows[0], tau_c=0.6, epsilon=0.2)[
+        "uaad_stop"] == 1  # high tier (h = 1 with entropy 2 > ln 5): cap 2
+    got = fastuq.score(table(rows[1:]), "uaad", dtype="float64", tau_c=0.6, epsilon=0.25)
+    assert got["uaad_stop"][0].as_py() == 1
+    res = replay(table(rows), [Policy("uaad", tau_c=[0.6], epsilon=[0.19, 0.2, 0.24, 0.25])],
+                 dtype="float64")
+    # stops (five, four) per epsilon: .19 -> (2, 2), .2 -> (1, 2), .24 -> (1, 2),
+    # .25 -> (1, 1); mean stop rounds 2, 1.5, 1.5, 1
+    assert [r["stop_mean"] for r in _replay_rows(res, "uaad")] == [2.0, 1.5, 1.5, 1.0]
+    for r in _replay_rows(res, "uaad"):
+        _same(r, replay_totals(rows, "uaad", tau_c=0.6, epsilon=r["epsilon"]), r)
