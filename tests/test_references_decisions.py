@@ -600,3 +600,31 @@ def test_a_change_equal_to_epsilon_stops_in_uaad_and_in_replay():
     assert [r["stop_mean"] for r in _replay_rows(res, "uaad")] == [2.0, 1.5, 1.5, 1.0]
     for r in _replay_rows(res, "uaad"):
         _same(r, replay_totals(rows, "uaad", tau_c=0.6, epsilon=r["epsilon"]), r)
+
+
+@pytest.mark.parametrize("params", [{}, {"risk_low": 0.3, "risk_high": 0.5, "rounds_high": 2,
+                                         "agents_medium": 2}])
+def test_replay_uaad_route_matches_the_reference(params):
+    """``uaad_route``: UAAD's stop under its tier's round cap (:func:`uaad_exact`'s
+    ``uaad_stop``), the saved debate's answer, calls and flips at that stop, and UAAD's own
+    budget ``Q = M + N R + 1`` (``calls_uaad_mean``)."""
+    rows = random_rows(81, 70)
+    taus, epss = [0.5, 0.8], [0.0, 0.25]
+    res = replay(table(rows), [Policy("uaad_route", tau_c=taus, epsilon=epss)],
+                 params=params, dtype="float64")
+    got = _replay_rows(res, "uaad_route")
+    assert len(got) == 4
+    for r in got:
+        ref = [uaad_exact(row, **params, tau_c=r["tau_c"], epsilon=r["epsilon"])
+               for row in rows]
+        outs = [replay_trajectory(row, u["uaad_stop"]) for row, u in zip(rows, ref,
+                                                                          strict=True)]
+        n = len(rows)
+        want = {"n": n, "accuracy": sum(o["correct"] for o in outs) / n,
+                "calls_total": sum(o["calls"] for o in outs),
+                "calls_mean": sum(o["calls"] for o in outs) / n,
+                "flips": sum(o["flip"] for o in outs),
+                "stop_mean": sum(u["uaad_stop"] for u in ref) / n}
+        _same(r, want, r)
+        assert r["calls_uaad_mean"] == pytest.approx(
+            sum(u["uaad_calls"] for u in ref) / n, abs=TOL), r
