@@ -78,3 +78,399 @@ def node_baselines_exact(lp, ntok, ent, mask) -> dict[str, float]:
                  if mask[t][a] and not isnan(ent[t][a])]
         out["mean_token_entropy"] = float(sum(nodes) / len(nodes))
     return out
+
+
+# ------------------------------------------------------------------------------------------
+# Decisions: BCCS, UAAD, the consistency gate and budget-policy replay (DESIGN.md, "Estimator
+# semantics (settled)"; papers/bccs.md, papers/uaad.md, papers/consistency_gate.md). Plain
+# per-trajectory Python over the corpus's own row dicts (canonical column names); nothing
+# here imports fastuq's kernels, engine, gate or replay. Answers are compared as plain
+# strings: vote classes are the distinct answer strings, so a test corpus must not hold two
+# different spellings of one answer ("1" and "1.0").
+
+FULL_CONSENSUS, PARTIAL_CONSENSUS, NO_CONSENSUS = "full", "partial", "none"
+
+
+def _team(row: dict) -> int:
+    """The initial team size: ``n_agents``, else the widest round of ``answers``."""
+    n = row.get("n_agents")
+    return int(n) if n is not None else max(len(r) for r in row["answers"])
+
+
+def modal_answer(answers, voters=None) -> tuple[str | None, list[int]]:
+    """The modal answer of one round and its supporters' slots: among the slots in
+    ``voters`` (default: all) whose answer is not null, the answer with the most votes; of
+    answers with equally many, the one given by the lowest slot (DESIGN: "ties to the
+    lowest slot"). ``(None, [])`` when nobody votes."""
+    slots = [a for a in range(len(answers)) if answers[a] is not None
+             and (voters is None or a in voters)]
+    if not slots:
+        return None, []
+    count = {answers[a]: sum(1 for b in slots if answers[b] == answers[a]) for a in slots}
+    best = max(count.values())
+    winner = next(answers[a] for a in slots if count[answers[a]] == best)
+    return winner, [a for a in slots if answers[a] == winner]
+
+
+def agreement_exact(answers, team: int) -> F:
+    """DESIGN "Agreement": the modal answer's votes over the initial team size (null answers
+    do not vote but stay in the denominator; no vote at all: 0), as an exact fraction."""
+    return F(len(modal_answer(answers)[1]), team)
+
+
+def bccs_round(answers, beliefs, team: int, *, theta_s=F(2, 3), theta_full=F(4, 5),
+               theta_partial=F(1, 2)) -> dict:
+    """BCCS's consensus state of one round (DESIGN "BCCS consensus state", papers/bccs.md's
+    BCCJ): support group = the modal answer's agents; ``p_s`` = support size / team size,
+    ``p_b`` = the support's belief / the belief of every answering agent. Full iff
+    ``p_s > theta_s`` and ``p_b > theta_full``; partial iff not full and
+    ``p_b > theta_partial``; none otherwise. Exact rationals (beliefs taken exactly as the
+    floats they are; thresholds as given, ``Fraction`` or float). Nobody answering, or a
+    total belief of 0: ``p_b = 0`` (the package's convention; DESIGN is silent)."""
+    _, support = modal_answer(answers)
+    voters = [a for a in range(len(answers)) if answers[a] is not None]
+    total = sum((F(float(beliefs[a])) for a in voters), F(0))
+    p_b = sum((F(float(beliefs[a])) for a in support), F(0)) / total if total > 0 else F(0)
+    p_s = F(len(support), team)
+    th_s, th_f, th_p = (F(x) if isinstance(x, F) else F(float(x))
+                        for x in (theta_s, theta_full, theta_partial))
+    if p_s > th_s and p_b > th_f:
+        state = FULL_CONSENSUS
+    elif p_b > th_p:
+        state = PARTIAL_CONSENSUS
+    else:
+        state = NO_CONSENSUS
+    return {"p_s": p_s, "p_b": p_b, "state": state, "support": support}
+
+
+def row_beliefs(row: dict) -> list[list[float | None]]:
+    """``[round][agent]`` beliefs of a corpus row: ``belief``, else ``exp(answer_logprob)``
+    (DESIGN: "Beliefs come from belief, else exp(answer_logprob)")."""
+    from math import exp
+
+    if row.get("belief") is not None:
+        return row["belief"]
+    return [[None if x is None else exp(x) for x in r] for r in row["answer_logprob"]]
+
+
+def bccs_trajectory_exact(row: dict, **thresholds) -> dict:
+    """BCCS of one corpus row: ``rounds`` (one :func:`bccs_round` per executed round),
+    ``first_full`` (the first round in full consensus, -1 if none) and ``score`` =
+    ``1 - p_s p_b`` of the last executed round (DESIGN's settled score: a lone answering
+    agent is not certainty), with ``dissent`` = ``1 - p_b`` there."""
+    team = _team(row)
+    beliefs = row_beliefs(row)
+    rounds = [bccs_round(a, b, team, **thresholds)
+              for a, b in zip(row["answers"], beliefs, strict=True)]
+    full = [t for t, r in enumerate(rounds) if r["state"] == FULL_CONSENSUS]
+    last = rounds[-1]
+    return {"rounds": rounds, "first_full": full[0] if full else -1,
+            "score": 1 - last["p_s"] * last["p_b"], "dissent": 1 - last["p_b"]}
+
+
+UAAD_DEFAULTS = {"w_h": 0.45, "w_q": 0.35, "w_d": 0.20, "entropy_max": None, "tau_c": 0.8,
+                 "epsilon": 0.05, "risk_low": 0.35, "risk_high": 0.62, "agents_low": 1,
+                 "rounds_low": 1, "agents_medium": 3, "rounds_medium": 1, "agents_high": 6,
+                 "rounds_high": 3}
+
+
+def pair_disagreement_exact(answers) -> F:
+    """``d``: the share of unordered pairs of the round's answering agents whose answers
+    differ (0 with fewer than two answers), exactly."""
+    given = [x for x in answers if x is not None]
+    pairs = [(i, j) for i in range(len(given)) for j in range(i + 1, len(given))]
+    if not pairs:
+        return F(0)
+    return F(sum(1 for i, j in pairs if given[i] != given[j]), len(pairs))
+
+
+def uaad_round_risks(row: dict, *, w_h=0.45, w_q=0.35, w_d=0.20, entropy_max=None
+                     ) -> list[float]:
+    """UAAD's risk of each executed round: the largest step risk
+    ``u = w_h h + w_q q + w_d d`` over the round's agents and steps (papers/uaad.md). With
+    the ``step_h/step_q/step_d`` columns, their values; without them one step per round,
+    derived (DESIGN "UAAD"): ``q = 1 - agreement`` (the corpus's ``agreement`` column, else
+    :func:`agreement_exact`), ``h = min(token_entropy / entropy_max, 1)`` (default
+    ``entropy_max`` = ln 5) and ``d`` = :func:`pair_disagreement_exact`. Float arithmetic,
+    summed in the order h, q, d."""
+    from math import log
+
+    if row.get("step_h") is not None:
+        risks = []
+        for rh, rq, rd in zip(row["step_h"], row["step_q"], row["step_d"], strict=True):
+            steps = [w_h * h + w_q * q + w_d * d
+                     for ah, aq, ad in zip(rh, rq, rd, strict=True) if ah is not None
+                     for h, q, d in zip(ah, aq, ad, strict=True)]
+            risks.append(max(steps))
+        return risks
+    e_max = log(5.0) if entropy_max is None else entropy_max
+    team = _team(row)
+    risks = []
+    for t, answers in enumerate(row["answers"]):
+        agree = (float(row["agreement"][t]) if row.get("agreement") is not None
+                 else float(agreement_exact(answers, team)))
+        h = min(float(row["token_entropy"][t]) / e_max, 1.0)
+        risks.append(w_h * h + w_q * (1.0 - agree) + w_d * float(pair_disagreement_exact(answers)))
+    return risks
+
+
+def uaad_consensus_stop(agreement, cap: int, tau_c, epsilon) -> int:
+    """UAAD's consensus stop over exact agreements ``C_0..`` (``Fraction`` s): the first round
+    ``t`` in ``1..cap`` with ``C_t >= tau_c`` and ``|C_t - C_{t-1}| <= epsilon``, else
+    ``cap``. ``tau_c``/``epsilon`` are read as the decimals they print as (0.05 is 1/20), so
+    a change equal to epsilon stops, as DESIGN's "moved <= .05" says."""
+    tau, eps = F(str(tau_c)), F(str(epsilon))
+    for t in range(1, cap + 1):
+        if agreement[t] >= tau and abs(agreement[t] - agreement[t - 1]) <= eps:
+            return t
+    return cap
+
+
+def uaad_exact(row: dict, **params) -> dict:
+    """UAAD of one corpus row (papers/uaad.md, DESIGN "UAAD"): ``uaad`` = the round-0 risk
+    (what a router sees), ``uaad_max_risk`` = the largest round risk, ``uaad_tier`` (0 low
+    if risk < risk_low, 1 medium if < risk_high, else 2 high), ``uaad_stop`` = the consensus
+    stop within the tier's round cap (``min(rounds_tier, last executed round)``),
+    ``uaad_calls`` = ``Q = M + N R + 1`` with ``M`` the team size, ``N`` the tier's agents
+    and ``R`` the stop round. Unknown parameters raise ``TypeError``."""
+    unknown = set(params) - set(UAAD_DEFAULTS)
+    if unknown:
+        raise TypeError(f"unknown UAAD parameters {sorted(unknown)}")
+    p = {**UAAD_DEFAULTS, **params}
+    risks = uaad_round_risks(row, w_h=p["w_h"], w_q=p["w_q"], w_d=p["w_d"],
+                             entropy_max=p["entropy_max"])
+    risk = risks[0]
+    tier = 0 if risk < p["risk_low"] else 1 if risk < p["risk_high"] else 2
+    name = ("low", "medium", "high")[tier]
+    team = _team(row)
+    agreement = ([F(float(x)) for x in row["agreement"]] if row.get("agreement") is not None
+                 else [agreement_exact(a, team) for a in row["answers"]])
+    cap = min(int(p[f"rounds_{name}"]), len(row["answers"]) - 1)
+    stop = uaad_consensus_stop(agreement, cap, p["tau_c"], p["epsilon"])
+    return {"uaad": risk, "uaad_max_risk": max(risks), "uaad_tier": tier, "uaad_stop": stop,
+            "uaad_calls": team + p[f"agents_{name}"] * stop + 1}
+
+
+# ------------------------------------------------------------------------- consistency gate
+
+
+def _normalised(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def consistency_exact(candidate: str | None, samples) -> float:
+    """The consistency gate's score of one candidate against its samples (DESIGN
+    "Consistency gate", papers/consistency_gate.md), per sample:
+
+    * equal normalised texts (lowercased, runs of whitespace one space, stripped): 1.0;
+    * else, where both texts state a final answer: 1.0 if the answers are equivalent, 0.0
+      if not;
+    * else (either states none): the Jaccard index of the texts' sets of Unicode word
+      tokens (``re``'s ``\\w+`` on the lowercased text); 0 when both sets are empty.
+
+    The score is the mean over the samples that are non-empty after normalisation, clamped
+    to [0, 1]; 0.0 without such a sample (the package's fail-closed choice; DESIGN is
+    silent there). The answer extraction and equivalence are taken from ``fastuq.answers``
+    as a black box (``extract_answer``, ``answers_equivalent``): this reference is about the
+    scoring rule, not the reading of an answer.
+    """
+    import re
+
+    from fastuq.answers import answers_equivalent, extract_answer
+
+    cand = candidate or ""
+    c_ans = extract_answer(cand)
+    c_tok = set(re.findall(r"\w+", cand.lower()))
+    values = []
+    for s in samples or []:
+        if s is None or not _normalised(s):
+            continue
+        if _normalised(s) == _normalised(cand):
+            values.append(F(1))
+            continue
+        s_ans = extract_answer(s)
+        if c_ans is not None and s_ans is not None:
+            values.append(F(int(answers_equivalent(c_ans, s_ans))))
+            continue
+        s_tok = set(re.findall(r"\w+", s.lower()))
+        union = c_tok | s_tok
+        values.append(F(len(c_tok & s_tok), len(union)) if union else F(0))
+    if not values:
+        return 0.0
+    return float(min(max(sum(values) / len(values), F(0)), F(1)))
+
+
+# ---------------------------------------------------------------------- gate threshold
+
+
+def binomial_upper_exact(k: int, n: int, delta: float) -> float:
+    """One-sided Clopper-Pearson ``1 - delta`` upper bound on a binomial rate with ``k``
+    failures in ``n`` trials: the ``p`` with ``P(X <= k | n, p) = delta`` (1 when
+    ``k == n``), found by bisection on the exact binomial sum (terms in log space, summed
+    with ``math.fsum``). The sum falls as ``p`` rises, so 200 halvings pin ``p`` to the
+    float's resolution."""
+    from math import exp, fsum, lgamma, log
+
+    if k >= n:
+        return 1.0
+
+    def cdf(p: float) -> float:
+        if p <= 0.0:
+            return 1.0
+        if p >= 1.0:
+            return 0.0
+        lc = lgamma(n + 1)
+        return fsum(exp(lc - lgamma(i + 1) - lgamma(n - i + 1) + i * log(p)
+                        + (n - i) * log(1 - p)) for i in range(k + 1))
+
+    lo, hi = 0.0, 1.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if cdf(mid) > delta:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def gate_passed(scores, correct, threshold: float, higher_passes: bool) -> tuple[int, int]:
+    """``(n passed, failures among them)`` at ``threshold``: an item passes iff
+    ``score <= threshold`` (uncertainties) or ``score >= threshold`` (``higher_passes``)."""
+    passed = [c for s, c in zip(scores, correct, strict=True)
+              if (s >= threshold if higher_passes else s <= threshold)]
+    return len(passed), sum(1 for c in passed if not c)
+
+
+def strictest_first(scores, higher_passes: bool) -> list[float]:
+    """The candidate thresholds of fastuq.gate today: the distinct scores, strictest (fewest
+    passed) first."""
+    return sorted(set(float(s) for s in scores), reverse=higher_passes)
+
+
+def gate_fixed_sequence(scores, correct, candidates, alpha: float, delta: float, *,
+                        higher_passes: bool = False) -> dict:
+    """Fixed-sequence testing from the strictest level (DESIGN "Consistency gate"):
+    ``candidates`` in the order tested (strictest first), fixed before the labels are seen.
+    Candidates passing fewer than ``n_min`` items, where even no failure gives a bound above
+    ``alpha`` (``n_min`` = the least ``n`` with ``(1 - alpha)^n <= delta``), are left out of
+    the sequence (a label-free choice). Each remaining level is tested at ``delta``: the null
+    "failure rate among passed items > alpha" is rejected when the Clopper-Pearson upper
+    bound is <= ``alpha``; testing stops at the first level not rejected, and the threshold
+    is the last rejected level. Returns ``threshold`` (None: no valid threshold, the gate
+    passes nothing), ``n_passed``, ``failures``, ``upper_bound`` (None without a threshold)
+    and ``table``: one ``(threshold, n, failures, bound, rejected)`` per tested level."""
+    table, chosen = [], None
+    for thr in candidates:
+        n, k = gate_passed(scores, correct, thr, higher_passes)
+        if n == 0 or (1 - alpha) ** n > delta:
+            continue
+        bound = binomial_upper_exact(k, n, delta)
+        ok = bound <= alpha
+        table.append((thr, n, k, bound, ok))
+        if not ok:
+            break
+        chosen = (thr, n, k, bound)
+    if chosen is None:
+        return {"threshold": None, "n_passed": 0, "failures": 0, "upper_bound": None,
+                "table": table}
+    thr, n, k, bound = chosen
+    return {"threshold": thr, "n_passed": n, "failures": k, "upper_bound": bound,
+            "table": table}
+
+
+def gate_bonferroni(scores, correct, candidates, alpha: float, delta: float, *,
+                    higher_passes: bool = False) -> dict:
+    """Bonferroni over the candidate list (DESIGN "Consistency gate"): every one of the ``m``
+    candidates is tested at ``delta / m``; of the rejected (safe) ones, the threshold is the
+    one passing the most items (ties: the earliest in the list). Same return shape as
+    :func:`gate_fixed_sequence` (``table`` over every candidate)."""
+    m = len(candidates)
+    table, chosen = [], None
+    for thr in candidates:
+        n, k = gate_passed(scores, correct, thr, higher_passes)
+        bound = binomial_upper_exact(k, n, delta / m) if n else 1.0
+        ok = n > 0 and bound <= alpha
+        table.append((thr, n, k, bound, ok))
+        if ok and (chosen is None or n > chosen[1]):
+            chosen = (thr, n, k, bound)
+    if chosen is None:
+        return {"threshold": None, "n_passed": 0, "failures": 0, "upper_bound": None,
+                "table": table}
+    thr, n, k, bound = chosen
+    return {"threshold": thr, "n_passed": n, "failures": k, "upper_bound": bound,
+            "table": table}
+
+
+# -------------------------------------------------------------------------------- replay
+
+
+def round_answer(row: dict, t: int) -> str | None:
+    """The team's answer after round ``t`` (DESIGN "Final answer"): the majority among the
+    active agents that speak in round ``t`` (``active`` column; absent: every agent), ties to
+    the lowest slot; at the last executed round the corpus's ``final_answer`` where the row
+    has that field (None there: no answer)."""
+    if t == len(row["answers"]) - 1 and "final_answer" in row:
+        return row["final_answer"]
+    answers = row["answers"][t]
+    active = row.get("active")
+    voters = None
+    if active is not None and active[t] is not None:
+        voters = {a for a in range(len(answers)) if active[t][a]}
+    return modal_answer(answers, voters)[0]
+
+
+def replay_trajectory(row: dict, stop: int, calls: str = "team") -> dict:
+    """One trajectory stopped after round ``stop``: ``correct`` (the answer at the stop
+    equals the reference, as strings), ``calls`` (``team``: ``A (stop + 1)`` with ``A`` the
+    team size; ``nodes``: the answers given, non-null, in rounds ``0..stop``) and ``flip``
+    (correct at some round before the stop, wrong at it)."""
+    ref = row["reference"]
+    right = [round_answer(row, t) == ref for t in range(stop + 1)]
+    if calls == "team":
+        n_calls = _team(row) * (stop + 1)
+    else:
+        n_calls = sum(1 for t in range(stop + 1) for x in row["answers"][t] if x is not None)
+    return {"correct": right[stop], "calls": n_calls,
+            "flip": (not right[stop]) and any(right[:stop])}
+
+
+def replay_stop(row: dict, policy: str, **kw) -> int:
+    """The stop round of one trajectory under a policy (DESIGN "UAAD", fastuq's replay
+    policies): ``fixed`` (``rounds=r``: after round ``min(r - 1, last)``), ``uaad``
+    (``tau_c``, ``epsilon``: :func:`uaad_consensus_stop` up to the last round), ``bccs``
+    (the first round of full consensus, else the last; thresholds in ``kw``), ``trace``
+    (``scores``: the estimator's score after each round, ``threshold``: the first round whose
+    score is <= the threshold, else the last)."""
+    last = len(row["answers"]) - 1
+    if policy == "fixed":
+        return min(kw["rounds"] - 1, last)
+    if policy == "uaad":
+        team = _team(row)
+        agreement = [agreement_exact(a, team) for a in row["answers"]]
+        return uaad_consensus_stop(agreement, last, kw["tau_c"], kw["epsilon"])
+    if policy == "bccs":
+        ff = bccs_trajectory_exact(row, **kw)["first_full"]
+        return last if ff < 0 else ff
+    if policy == "trace":
+        hits = [t for t, s in enumerate(kw["scores"]) if s <= kw["threshold"]]
+        return hits[0] if hits else last
+    raise ValueError(f"unknown policy {policy!r}")
+
+
+def replay_totals(rows, policy: str, calls: str = "team", **kw) -> dict:
+    """Totals over a corpus under one policy point: ``n``, ``accuracy`` (share correct at
+    the stop), ``calls_total``, ``calls_mean``, ``flips`` (count) and ``stop_mean``. For
+    ``trace``, ``kw["scores"]`` is a list of per-round score lists, one per row."""
+    outs, stops = [], []
+    for i, row in enumerate(rows):
+        own = dict(kw)
+        if policy == "trace":
+            own["scores"] = kw["scores"][i]
+        stop = replay_stop(row, policy, **own)
+        stops.append(stop)
+        outs.append(replay_trajectory(row, stop, calls))
+    n = len(rows)
+    total = sum(o["calls"] for o in outs)
+    return {"n": n, "accuracy": sum(o["correct"] for o in outs) / n, "calls_total": total,
+            "calls_mean": total / n, "flips": sum(o["flip"] for o in outs),
+            "stop_mean": sum(stops) / n}
