@@ -539,7 +539,7 @@ def test_bad_beliefs_name_the_record_round_agent_and_field(tmp_path, capsys, bel
     path = _bad_corpus(tmp_path / "bad.parquet", belief)
     out = tmp_path / "s.parquet"
     assert main(["score", str(path), "-o", str(out), "--method", "bccs",
-                 "--no-progress"]) == 1
+                 "--no-progress"]) == 2  # an input error
     err = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
     assert len(err) == 1 and err[0].startswith("fastuq score: error: ")
     assert "trajectory 't2' (" in err[0] and "bad.parquet row 2)" in err[0], err[0]

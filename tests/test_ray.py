@@ -215,7 +215,7 @@ def test_cli_writes_parquet_dataset_folders_atomically(local_ray, data, referenc
     # a failed run (a repeated id under --on-error raise) leaves nothing behind
     failed = tmp_path / "failed"
     assert main(["score", "--engine", "ray", str(data), "-o", str(failed), "--chunk-rows",
-                 str(CHUNK), "--no-progress"]) == 1
+                 str(CHUNK), "--no-progress"]) == 2  # an input error
     assert "duplicate id" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["scores", "scores.skipped"]
 
