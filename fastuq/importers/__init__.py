@@ -130,6 +130,71 @@ def _file_columns(fmt: str, path: Path, math: bool, options: Mapping, name: str,
     return columns, skipped
 
 
+def _file_pairs(fmt: str, path: Path, options: Mapping, name: str, skip: bool = False
+                ) -> tuple[list[SkippedRecord], set, set]:
+    """The dry run of one file (a worker's unit of work in :func:`_derive_math_pool`):
+    what it skipped, and the math-verify pairs its vote classes and checks ask for."""
+    records, skipped = _file_records(fmt, path, options, name, skip)
+    if records is None:
+        return skipped, set(), set()
+    with recording_pairs() as wanted:
+        derive_columns(records, math=True, extra_names=[f.name for f in _EXTRA[fmt]])
+    return skipped, wanted.classes, wanted.checks
+
+
+def _file_seeded(fmt: str, path: Path, options: Mapping, name: str, skip: bool,
+                 verdicts: Mapping[tuple[str, str], bool]
+                 ) -> tuple[dict[str, list] | None, list[SkippedRecord], set, set]:
+    """One file's columns derived with ``verdicts`` seeded (a worker's unit of work in
+    :func:`_derive_math_pool`), and the pairs it asked for beyond them (answered "not
+    equivalent" meanwhile)."""
+    records, skipped = _file_records(fmt, path, options, name, skip)
+    if records is None:
+        return None, skipped, set(), set()
+    with seeded_verdicts(verdicts), recording_pairs() as more:
+        columns = derive_columns(records, math=True, extra_names=[f.name for f in _EXTRA[fmt]])
+    return columns, skipped, more.classes, more.checks
+
+
+def _derive_math_pool(fmts: list[str], files: list[Path], opts: list[Mapping],
+                      names: list[str], skip: bool, processes: int
+                      ) -> list[tuple[dict[str, list] | None, list]]:
+    """:func:`_derive_math` with the files' parsing, dry run and derivation done in
+    ``processes`` worker processes too (they are serial Python, some 15 s of the DyLAN
+    MATH import in one process): every file parsed and dry run in a worker, the pairs of
+    all files checked at once (:func:`math_verdicts`), then every file parsed again and
+    derived in a worker with all the verdicts seeded. The columns are those of
+    :func:`_derive_math` (the same dry run, the same verdicts, the same second round)."""
+    n = len(files)
+    workers = min(processes, n)
+    skips = [skip] * n
+    with process_pool(workers) as pool:
+        dry = list(pool.map(_file_pairs, fmts, files, opts, names, skips))
+    wanted: set[tuple[str, str]] = set()
+    for _, classes, checks in dry:
+        wanted |= classes | checks
+    verdicts = math_verdicts(wanted, processes)
+    while True:
+        with process_pool(workers) as pool:
+            done = list(pool.map(_file_seeded, fmts, files, opts, names, skips,
+                                 [verdicts] * n, chunksize=max(1, n // (4 * workers))))
+        classes = set().union(*(d[2] for d in done))
+        checks = set().union(*(d[3] for d in done))
+        if classes:  # not expected (the dry run asks for a superset): check, derive again
+            verdicts = {**verdicts, **math_verdicts(classes | checks, processes)}
+            continue
+        columns = [d[0] for d in done]
+        if checks:  # final answers the dry run did not have: check them, then correct
+            verdicts = {**verdicts, **math_verdicts(checks, processes)}
+            with seeded_verdicts(verdicts):
+                for cols in columns:
+                    if cols is not None:
+                        cols["correct"] = check_answers(cols["final_answer"], cols["reference"],
+                                                        math=True).tolist()
+        break
+    return [(cols, d[1]) for cols, d in zip(columns, done, strict=True)]
+
+
 def _derive_math(fmts: list[str], parsed: list[tuple[list[ParsedRecord] | None, list]],
                  processes: int | None) -> list[tuple[dict[str, list] | None, list]]:
     """``derive_columns(math=True)`` of every file's records, with the math-verify checks
@@ -239,15 +304,12 @@ def _import_groups(groups: Mapping[str, list[Path]], names: list[str], math: boo
     fmts, files = [j[0] for j in jobs], [j[1] for j in jobs]
     opts = [options.get(fmt, {}) for fmt in fmts]
     if math:  # parse, then every distinct math-verify check once, over the workers
-        parsed = []
         if processes and processes > 1 and n > 1:
-            with process_pool(min(processes, n)) as pool:
-                for part in pool.map(_file_records, fmts, files, opts, names, [skip] * n):
-                    parsed.append(part)
+            parts = _derive_math_pool(fmts, files, opts, names, skip, processes)
         else:
             parsed = [_file_records(fmt, f, opt, name, skip)
                       for fmt, f, opt, name in zip(fmts, files, opts, names, strict=True)]
-        parts = _derive_math(fmts, parsed, processes)
+            parts = _derive_math(fmts, parsed, processes)
         if progress is not None:
             progress(n, n)
     elif processes and processes > 1 and n > 1:
