@@ -415,11 +415,19 @@ def uaad_constraints(values: Mapping[str, Any], ids: Sequence[str] | None = None
     ``values``: parameter -> a scalar or an ``[N]`` array; ``ids`` name the trajectory of a
     per-trajectory pair that does not fit. Raises ValueError naming the parameters."""
     if all(w in values for w in ("w_h", "w_q", "w_d")):
-        w = [float(values[k]) for k in ("w_h", "w_q", "w_d")]
-        if abs(sum(w) - 1.0) > UAAD_WEIGHT_TOLERANCE:
+        w = np.broadcast_arrays(*(np.asarray(values[k], np.float64)
+                                  for k in ("w_h", "w_q", "w_d")))
+        total = w[0] + w[1] + w[2]
+        bad = ~(np.abs(total - 1.0) <= UAAD_WEIGHT_TOLERANCE)
+        if bad.any():
+            k = int(np.argmax(bad.reshape(-1)))
+            who = ""
+            if bad.ndim:
+                who = f"trajectory {ids[k]!r}: " if ids is not None else f"trajectory {k}: "
+            h, q, d = (float(x.reshape(-1)[k]) for x in w)
             raise ValueError(
-                f"uaad: the step-risk weights must sum to 1, got w_h + w_q + w_d = "
-                f"{w[0]:g} + {w[1]:g} + {w[2]:g} = {sum(w):g}")
+                f"{who}uaad: the step-risk weights must sum to 1, got w_h + w_q + w_d = "
+                f"{h:g} + {q:g} + {d:g} = {h + q + d:g}")
     if "risk_low" in values and "risk_high" in values:
         low = np.asarray(values["risk_low"], np.float64)
         high = np.asarray(values["risk_high"], np.float64)
@@ -437,13 +445,13 @@ def uaad_constraints(values: Mapping[str, Any], ids: Sequence[str] | None = None
 
 
 UAAD_PARAMS = (
-    Param("w_h", default=0.45, low=0.0, high=1.0, kernel=False,
+    Param("w_h", default=0.45, low=0.0, high=1.0,
           doc="UAAD: weight of the token entropy h in the step risk"),
-    Param("w_q", default=0.35, low=0.0, high=1.0, kernel=False,
+    Param("w_q", default=0.35, low=0.0, high=1.0,
           doc="UAAD: weight of the self-inconsistency q in the step risk"),
-    Param("w_d", default=0.20, low=0.0, high=1.0, kernel=False,
+    Param("w_d", default=0.20, low=0.0, high=1.0,
           doc="UAAD: weight of the cross-agent divergence d in the step risk"),
-    Param("entropy_max", default=math.log(5.0), low=0.0, low_open=True, kernel=False,
+    Param("entropy_max", default=math.log(5.0), low=0.0, low_open=True,
           doc="UAAD: token entropy (nats) that maps to h = 1 when h is derived"),
     Param("tau_c", default=0.8, low=0.0, high=1.0,
           doc="UAAD: consensus stop needs the dominant share at least this"),
@@ -533,8 +541,11 @@ _BUILTIN = (
         description="SAUCE filtering BCCS's belief share p_b instead of agreement",
     ),
     Estimator(
-        name="uaad", inputs=("round_risk", "agreement", "round_mask", "n_agents"),
-        params=UAAD_PARAMS, constraints=uaad_constraints,
+        name="uaad",
+        inputs=("step_h", "step_q", "step_d", "step_mask", "agreement", "round_mask",
+                "n_agents"),
+        optional_inputs=("round_entropy", "round_classes"), params=UAAD_PARAMS,
+        constraints=uaad_constraints,
         outputs=("uaad", "uaad_max_risk", "uaad_tier", "uaad_stop", "uaad_calls"),
         **_kernels("uaad", "uaad"),
         description="UAAD: the round-0 step risk that routes (also: the largest risk of any "
