@@ -531,8 +531,9 @@ _BUILTIN = (
         name="bccs", inputs=("answer_class", "belief", "n_agents", "round_mask"),
         params=BCCS_PARAMS, outputs=("bccs", "bccs_first_full", "bccs_leader"),
         **_kernels("bccs", "bccs"),
-        description="BCCS: 1 - p_b of the last round, the belief share outside the support "
-                    "group (also: first full-consensus round, last round's leader slot)",
+        description="BCCS: 1 - p_s p_b of the last round, support share times belief share "
+                    "(a lone answering agent is not certainty; also: first full-consensus "
+                    "round, last round's leader slot)",
     ),
     Estimator(
         name="sauce_belief",
