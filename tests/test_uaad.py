@@ -343,6 +343,22 @@ def test_score_derives_the_risk_from_round_signals():
     assert out["uaad"][0] == pytest.approx(0.5, abs=1e-12)
 
 
+@pytest.mark.parametrize("steps", [False, True])
+def test_score_in_float32_with_the_default_weights(steps):
+    # the weights are kernel parameters rounded to float32 (0.45 + 0.35 + 0.2 is not 1
+    # there): they still fit, and the risk is the hand value within float32 rounding
+    table = _debate()
+    want = 0.45 / 2 + 0.35 / 3 + 0.2 * 2 / 3
+    if steps:
+        h = [[[[0.1]] * 3] * 2, [[[0.0]] * 3] * 2]
+        for name, col in _steps(h, h, h).items():
+            table = table.append_column(name, col)
+        want = 0.1
+    out = fastuq.score(table, methods=["uaad"], dtype="float32").to_pydict()
+    assert out["uaad"][0] == pytest.approx(want, abs=1e-6)
+    assert out["uaad_tier"][0] == (1.0 if not steps else 0.0)
+
+
 def test_score_prefers_step_columns_and_checks_their_rounds():
     table = _debate()
     h = [[[[0.1]] * 3] * 2, [[[0.0]] * 3] * 2]

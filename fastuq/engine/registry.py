@@ -410,15 +410,21 @@ UAAD_WEIGHT_TOLERANCE = 1e-9
 
 def uaad_constraints(values: Mapping[str, Any], ids: Sequence[str] | None = None) -> None:
     """UAAD's parameters together (DESIGN.md, UAAD): the step-risk weights ``w_h, w_q, w_d``
-    sum to 1 (within :data:`UAAD_WEIGHT_TOLERANCE`; each is checked in [0, 1] on its own)
+    sum to 1 (within :data:`UAAD_WEIGHT_TOLERANCE`, or 4 ulps of the weights' float dtype
+    where that is coarser: a float32 kernel's rounded weights; each is checked in [0, 1] on
+    its own)
     and ``risk_low < risk_high`` (the medium tier is ``risk_low <= risk < risk_high``).
     ``values``: parameter -> a scalar or an ``[N]`` array; ``ids`` name the trajectory of a
     per-trajectory pair that does not fit. Raises ValueError naming the parameters."""
     if all(w in values for w in ("w_h", "w_q", "w_d")):
-        w = np.broadcast_arrays(*(np.asarray(values[k], np.float64)
-                                  for k in ("w_h", "w_q", "w_d")))
+        given = [np.asarray(values[k]) for k in ("w_h", "w_q", "w_d")]
+        dtype = np.result_type(*given)
+        # weights rounded to a float32 kernel's dtype sum to 1 within its rounding only
+        tol = max(UAAD_WEIGHT_TOLERANCE, 4 * float(np.finfo(dtype).eps)
+                  if np.issubdtype(dtype, np.floating) else 0.0)
+        w = np.broadcast_arrays(*(x.astype(np.float64) for x in given))
         total = w[0] + w[1] + w[2]
-        bad = ~(np.abs(total - 1.0) <= UAAD_WEIGHT_TOLERANCE)
+        bad = ~(np.abs(total - 1.0) <= tol)
         if bad.any():
             k = int(np.argmax(bad.reshape(-1)))
             who = ""
