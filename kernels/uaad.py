@@ -126,11 +126,14 @@ def _round_risk_jax(step_h, step_q, step_d, step_mask, agreement, round_entropy,
 
 def _pair_disagreement(cls, xp):
     """``d [..]``: the share of pairs of answering slots (class >= 0) whose classes differ,
-    over the last axis; 0 with fewer than two answers (array code, for the kernel)."""
+    over the last axis; 0 with fewer than two answers (array code, for the kernel: one pass
+    per slot, so nothing larger than ``cls`` is allocated)."""
     votes = cls >= 0
-    both = votes[..., :, None] & votes[..., None, :]
-    same = xp.sum(both & (cls[..., :, None] == cls[..., None, :]), axis=(-2, -1))
     m = xp.sum(votes, axis=-1)
+    same = xp.zeros(m.shape, m.dtype)  # ordered pairs of slots voting alike, self included
+    for b in range(cls.shape[-1]):
+        same = same + xp.sum(votes & votes[..., b:b + 1] & (cls == cls[..., b:b + 1]),
+                             axis=-1)
     pairs = m * (m - 1) // 2
     same_pairs = (same - m) // 2  # without each slot with itself
     return xp.where(m >= 2, (pairs - same_pairs) / xp.maximum(pairs, 1), 0.0)
