@@ -39,8 +39,12 @@ float32 as in float64.
 
 Per trajectory (summaries ``[N]``, in the float dtype):
 
-    score       = dissent of the last executed round (= 1 - p_b there): the belief share
-                  held outside the support group; higher = less likely correct
+    score       = 1 - p_s p_b of the last executed round: the team's consensus, support
+                  share times belief share, taken from certainty; higher = less likely
+                  correct. The team counts: one answering agent of three, however sure,
+                  has p_b = 1 but p_s = 1/3, so scores 2/3, not 0 (a lone answer is not
+                  certainty); a unanimous team scores 1 - p_b = 0.
+    final_dissent = dissent of the last executed round (1 - p_b): the belief share alone
     first_full  = index of the first executed round in state FULL, -1 if none
     leader      = the last executed round's leader slot, -1 if nobody answered there
     final_p_s, final_p_b, final_state, n_rounds
@@ -49,8 +53,10 @@ Exactness: sums over agent slots are :func:`~kernels.baselines.slot_sum`'s halvi
 (the order depends on the slot index only), vote counts are integers, and the argmax ties go
 to the lowest slot, so neither the batch size, the slot padding nor the device split changes
 a bit. Every sum adds non-negative beliefs and ``dissent`` is its own sum, so float32 loses
-nothing to cancellation. Inputs are taken as they are (no validation: the engine's packed
-inputs are checked); values in masked slots may be anything, NaN included.
+nothing to cancellation there; ``score`` is one rounded product and one subtraction (exact
+where ``p_s p_b >= 1/2``), a few ulps of 1 in float32. Inputs are taken as they are (no
+validation: the engine's packed inputs are checked); values in masked slots may be anything,
+NaN included.
 """
 
 from __future__ import annotations
@@ -92,8 +98,8 @@ __all__ = [
 #: Consensus states (``state`` outputs).
 NONE, PARTIAL, FULL = 0, 1, 2
 #: Per-trajectory outputs ``[N]`` (float dtype; -1 where a round index or slot is undefined).
-SUMMARY_FIELDS = ("score", "first_full", "leader", "final_p_s", "final_p_b", "final_state",
-                  "n_rounds")
+SUMMARY_FIELDS = ("score", "first_full", "leader", "final_p_s", "final_p_b", "final_dissent",
+                  "final_state", "n_rounds")
 #: Per-round outputs ``[T, N]``: ``p_s``, ``p_b``, ``dissent`` (float, NaN in masked rounds),
 #: ``state`` (int8, -1 in masked rounds), ``support`` (int32 votes of the support group) and
 #: ``round_leader`` (int32 slot), both -1 in masked rounds.
@@ -256,11 +262,12 @@ def _step(params: BccsParams, team, with_trace: bool, carry: BccsCarry, inputs):
 
 def _summaries(carry: BccsCarry) -> dict:
     return {
-        "score": carry.dissent,
+        "score": 1 - carry.p_s * carry.p_b,  # NaN without an executed round
         "first_full": carry.first_full,
         "leader": carry.leader,
         "final_p_s": carry.p_s,
         "final_p_b": carry.p_b,
+        "final_dissent": carry.dissent,
         "final_state": carry.state,
         "n_rounds": carry.n_rounds,
     }
@@ -417,9 +424,10 @@ def bccs(
     theta_full: jax.Array | float,
     theta_partial: jax.Array | float,
 ) -> dict[str, jax.Array]:
-    """``{bccs, bccs_first_full, bccs_leader}``, each ``[N]``: the last round's dissent
-    share (the uncertainty), the first FULL round and the last round's leader slot (-1:
-    none). :func:`bccs_scan` with the registry's signature."""
+    """``{bccs, bccs_first_full, bccs_leader}``, each ``[N]``: ``1 - p_s p_b`` of the last
+    round (the uncertainty; the belief share alone is ``bccs_scan``'s ``final_p_b``), the
+    first FULL round and the last round's leader slot (-1: none). :func:`bccs_scan` with
+    the registry's signature."""
     out = bccs_scan(answer_class, belief, n_agents, round_mask,
                     BccsParams(theta_s, theta_full, theta_partial),
                     fields=tuple(OUTPUTS.values()))
@@ -544,7 +552,8 @@ def bccs_trajectory(answer_class, belief, n_agents, round_mask, *, theta_s: floa
     full = [r["round_index"] for r in rounds if r["state"] == FULL]
     return {
         "rounds": rounds,
-        "score": rounds[-1]["dissent"] if rounds else math.nan,
+        # the team counts: support share times belief share (DESIGN.md, BCCS)
+        "score": 1.0 - rounds[-1]["p_s"] * rounds[-1]["p_b"] if rounds else math.nan,
         "first_full": float(full[0]) if full else -1.0,
         "leader": float(rounds[-1]["leader"]) if rounds else -1.0,
     }

@@ -130,9 +130,9 @@ def test_belief_share_exactly_0_8_is_not_full():
     # beliefs 1 and 1/4: p_b = 1 / 1.25 = 0.8 as a correctly rounded quotient
     _check([([0, 0, 0, 0, 1], [0.25, 0.25, 0.25, 0.25, 0.25])], 5, state=[PARTIAL])
     _check([([0, 0, 0, 1], [1.0, 0.0, 0.0, 0.25])], 4, state=[PARTIAL], p_b=[0.8])
-    # just above: 2 / 2.25
+    # just above: 2 / 2.25; score 1 - p_s p_b = 1 - (4/5)(2/2.25) = 0.65 / 2.25
     _check([([0, 0, 0, 0, 1], [0.5, 0.5, 0.5, 0.5, 0.25])], 5, state=[FULL],
-           p_b=[2 / 2.25], score=0.25 / 2.25)
+           p_b=[2 / 2.25], score=0.65 / 2.25, final_dissent=0.25 / 2.25)
     cls, bel, team, mask = _one([([0, 0, 0, 0, 1], [0.5] * 5)], 5)
     for label, out in _all(cls, bel, team, mask).items():  # p_b is the float 0.8 itself
         want = np.float32(0.8) if "32" in label else 0.8
@@ -140,8 +140,9 @@ def test_belief_share_exactly_0_8_is_not_full():
 
 
 def test_belief_share_exactly_half_is_none():
-    _check([([0, 1], [0.5, 0.5])], 2, state=[NONE], p_b=[0.5], score=0.5)
-    _check([([0, 1], [0.75, 0.25])], 2, state=[PARTIAL], p_b=[0.75], score=0.25)
+    # p_s = 1/2: score 1 - p_b / 2
+    _check([([0, 1], [0.5, 0.5])], 2, state=[NONE], p_b=[0.5], score=0.75)
+    _check([([0, 1], [0.75, 0.25])], 2, state=[PARTIAL], p_b=[0.75], score=0.625)
     # the threshold is a parameter
     _check([([0, 1], [0.5, 0.5])], 2, params=B.BccsParams(theta_partial=0.25),
            state=[PARTIAL])
@@ -152,7 +153,7 @@ def test_ties_between_classes_go_to_the_class_of_the_lowest_slot():
     # other class holds more belief
     _check([([1, 0, 0, 1], [0.2, 0.9, 0.9, 0.2])], 4, state=[NONE], support=[2],
            p_b=[0.4 / 2.2], round_leader=[0])
-    _check([([0, 1], [0.25, 0.75])], 2, p_b=[0.25], round_leader=[0], score=0.75)
+    _check([([0, 1], [0.25, 0.75])], 2, p_b=[0.25], round_leader=[0], score=0.875)
     # a three-way tie; class ids carry no order (5 before 3)
     _check([([2, 1, 0], [0.1, 0.8, 0.8])], 3, support=[1], p_s=[1 / 3], round_leader=[0])
     _check([([5, 3], [0.5, 0.5])], 2, round_leader=[0])
@@ -208,13 +209,25 @@ def test_one_agent():
 
 def test_one_round_and_the_summaries_over_rounds():
     _check([([0, 0, 1], [0.9, 0.9, 0.2])], 3, state=[PARTIAL], n_rounds=1, final_state=1,
-           final_p_s=2 / 3, final_p_b=1.8 / 2.0, score=0.1)
+           final_p_s=2 / 3, final_p_b=1.8 / 2.0, score=1 - 0.6, final_dissent=0.1)
     # none -> partial -> full -> partial: the first full round is 2, the summaries are the
     # last round's
     rounds = [([0, 1, 2], [0.5, 0.5, 0.5]), ([0, 0, 1], [0.6, 0.6, 0.9]),
               ([0, 0, 0], [0.9, 0.8, 0.95]), ([1, 1, 0], [0.4, 0.7, 0.2])]
     _check(rounds, 3, state=[NONE, PARTIAL, FULL, PARTIAL], first_full=2, final_state=1,
-           leader=1, score=0.2 / 1.3, n_rounds=4)
+           leader=1, score=1 - (2 / 3) * (1.1 / 1.3), final_dissent=0.2 / 1.3, n_rounds=4)
+
+
+def test_a_lone_answering_agent_is_not_certainty():
+    # DESIGN.md: the score is 1 - p_s p_b, so the team counts. One agent of three answers
+    # with belief 0.05: p_b = 0.05 / 0.05 = 1 (it used to score 1 - p_b = 0, "certain"),
+    # p_s = 1/3, score 2/3; the belief share alone stays available as final_p_b
+    _check([([None, 0, None], [None, 0.05, None])], 3, p_s=[1 / 3], p_b=[1.0],
+           score=2 / 3, final_p_b=1.0, final_dissent=0.0, state=[PARTIAL])
+    # the same agent alone in a team of one is the whole team: 0
+    _check([([0], [0.05])], 1, score=0.0)
+    # two of three agree with full belief, the third is silent: 1 - 2/3
+    _check([([0, 0, None], [0.9, 0.9, None])], 3, score=1 / 3, final_dissent=0.0)
 
 
 def test_no_executed_round_gives_nan_and_minus_one():
@@ -373,7 +386,9 @@ _HAND = [
      "answers": [["a", "b"]], "belief": [[0.25, 0.75]]},
 ]
 _HAND_WANT = {
-    "bccs": [0.0, 0.3 / 1.2, 0.0, 0.75],
+    # 1 - p_s p_b of the last round: t0 1 - 1 * 1; t1 1 - (2/3)(0.9/1.2); t2 two of four
+    # answer, unanimously: 1 - (1/2) * 1 (1 - p_b alone said 0, certain); t3 1 - (1/2)(1/4)
+    "bccs": [0.0, 1 - (2 / 3) * (0.9 / 1.2), 0.5, 0.875],
     "bccs_first_full": [1.0, -1.0, -1.0, -1.0],
     "bccs_leader": [0.0, 1.0, 1.0, 0.0],
 }

@@ -52,9 +52,16 @@ def _draw_inputs(rng: np.random.Generator, t: int, n: int, a: int, team: int,
     belief = (rng.integers(0, 5, (t, n, a)) / 4 if ties else rng.random((t, n, a)))
     belief[rng.random(belief.shape) < 0.05] = 1.0
     belief[(answer_class < 0) | ~round_mask[:, :, None]] = np.nan
-    risk = rng.random((t, n))
-    risk[rng.random((t, n)) < 0.2] = rng.choice([0.0, 0.35, 0.62, 1.0])  # tier boundaries
-    for x in (agreement, entropy, risk):
+    # UAAD's steps: 1..3 slots per round (at least one step in an executed round), values
+    # with 0, 1 and tier boundaries; half the draws derive the risk from round signals
+    s = int(rng.integers(1, 4))
+    step_mask = (rng.random((t, n, s)) < 0.6) & round_mask[:, :, None]
+    step_mask[:, :, 0] |= round_mask
+    steps = rng.random((3, t, n, s))
+    steps[rng.random(steps.shape) < 0.2] = rng.choice([0.0, 0.35, 0.62, 1.0])
+    steps[:, ~step_mask] = np.nan  # padding may hold anything
+    derived = bool(rng.random() < 0.5)
+    for x in (agreement, entropy):
         x[~round_mask] = np.nan  # padding may hold anything
     for x in (seq_logprob, n_tokens, node_entropy):
         x[~node_mask] = np.nan
@@ -64,7 +71,10 @@ def _draw_inputs(rng: np.random.Generator, t: int, n: int, a: int, team: int,
         "team_size": np.where(rng.random(n) < 0.7, float(team), 0.0),
         "seq_logprob": seq_logprob, "n_tokens": n_tokens, "node_entropy": node_entropy,
         "node_confidence": seq_logprob, "node_mask": node_mask, "edges": edges,
-        "answer_class": answer_class, "belief": belief, "round_risk": risk,
+        "answer_class": answer_class, "belief": belief,
+        "step_h": steps[0], "step_q": steps[1], "step_d": steps[2], "step_mask": step_mask,
+        "round_entropy": entropy if derived else None,
+        "round_classes": answer_class if derived else None,
         "n_agents": np.maximum(agents, team).astype(float),
     }
 
@@ -96,7 +106,8 @@ def _reference(est: Estimator, arrays: dict, params: dict, n: int) -> dict[str, 
     out = []
     for k in range(n):
         args = [_slice(i, arrays[i], k) for i in est.inputs]
-        kw = {i: _slice(i, arrays[i], k) for i in est.optional_inputs}
+        kw = {i: _slice(i, arrays[i], k) for i in est.optional_inputs
+              if arrays[i] is not None}
         kw.update({p: float(v[k]) for p, v in params.items()})
         value = ref(*args, **kw)
         out.append(value if isinstance(value, dict) else {est.outputs[0]: value})
@@ -118,7 +129,8 @@ def test_every_estimator_kernel_twin_and_reference_agree(seed, t, n, a, team, ti
                 return x.astype(dtype) if x.dtype.kind == "f" else x
 
             inputs = [cast(arrays[i]) for i in est.inputs]
-            optional = {i: cast(arrays[i]) for i in est.optional_inputs}
+            optional = {i: None if arrays[i] is None else cast(arrays[i])
+                        for i in est.optional_inputs}
             values = {p: v.astype(dtype) for p, v in params.items()}
             with jax.enable_x64(dtype == np.float64):
                 got = call_kernel(est, inputs, optional, values, n=n, dtype=np.dtype(dtype),

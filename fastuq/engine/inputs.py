@@ -46,12 +46,17 @@ input               shape           built from
                                     finite and <= 0
 ``n_agents``        ``[N]``         the initial team size: ``n_agents``, else the widest
                                     round of ``answers`` (always present, >= 1)
-``round_risk``      ``[T, N]``      UAAD's largest step risk per round: ``step_h``,
-                                    ``step_q``, ``step_d`` (checked in [0, 1], weighted by
-                                    the packing parameters ``w_h``, ``w_q``, ``w_d``), else
-                                    derived from agreement, ``token_entropy`` (over
-                                    ``entropy_max``) and ``answers``
-                                    (:mod:`fastuq.signals.risk`)
+``step_h``,         ``[T, N, S]``   UAAD's step signals: ``step_h``, ``step_q``,
+``step_q``,                         ``step_d`` (each ``[round][agent][step]``, checked in
+``step_d``                          [0, 1]; a round's agents' steps side by side on ``S``,
+                                    :func:`fastuq.signals.risk.pack_steps`); without the
+                                    step columns one empty slot (the risk is derived)
+``step_mask``       ``[T, N, S]``   the slots of the step arrays holding a step
+                    bool
+``round_entropy``   ``[T, N]``      UAAD's derived risk: ``token_entropy`` where the corpus
+                                    has no step columns (optional: absent with them)
+``round_classes``   ``[T, N, A]``   UAAD's derived risk: ``answer_class`` where the corpus
+                    int             has no step columns (optional: absent with them)
 ==================  ==============  =====================================================
 
 ``belief`` comes from the ``belief`` column, or else from ``answer_logprob`` (the summed
@@ -404,25 +409,47 @@ def _belief(ctx: Context) -> np.ndarray:
     return b
 
 
-def _round_risk(ctx: Context) -> np.ndarray:
-    """UAAD's ``round_risk [T, N]`` (:mod:`fastuq.signals.risk`): from ``step_h``, ``step_q``,
-    ``step_d`` when the corpus has all three, else derived per round from agreement, token
-    entropy and the answers' vote classes; rounds checked against ``round_mask``."""
-    from fastuq.signals.risk import STEP_COLUMNS, round_risk_derived, round_risk_from_steps
+def _steps(ctx: Context) -> tuple[np.ndarray, ...] | None:
+    """UAAD's packed step arrays ``(step_h, step_q, step_d, step_mask)`` ``[T, N, S]`` from
+    the ``step_h``, ``step_q``, ``step_d`` columns (checked; rounds checked against
+    ``round_mask``), once per batch; ``None`` where the corpus has no step columns."""
+    cache = ctx.batch._cache
+    if "uaad_steps" not in cache:
+        from fastuq.signals.risk import STEP_COLUMNS, pack_steps
 
-    packing = ctx.packing
-    weights = (float(packing["w_h"]), float(packing["w_q"]), float(packing["w_d"]))
-    a, mask = ctx.batch.rounds("agreement")
-    if _steps_present(ctx.batch):
-        cols = {name: ctx.batch.column(name) for name in STEP_COLUMNS}
-        risk, risk_mask = round_risk_from_steps(cols, weights, dtype=ctx.batch.dtype,
-                                                ids=ctx.batch.labels)
-        _same_rounds(ctx.batch, mask, risk_mask, "step_h")
-        return risk
-    h = _token_entropy(ctx)
-    risk = round_risk_derived(a, h, _answer_class(ctx), mask, weights,
-                              float(packing["entropy_max"]))
-    return risk.astype(ctx.batch.dtype)
+        if not _steps_present(ctx.batch):
+            cache["uaad_steps"] = None
+        else:
+            mask = ctx.batch.rounds("agreement")[1]
+            cols = {name: ctx.batch.column(name) for name in STEP_COLUMNS}
+            *arrays, step_rounds = pack_steps(cols, dtype=ctx.batch.dtype,
+                                              ids=ctx.batch.labels)
+            _same_rounds(ctx.batch, mask, step_rounds, "step_h")
+            cache["uaad_steps"] = tuple(arrays)
+    return cache["uaad_steps"]
+
+
+def _step_input(k: int) -> Callable[[Context], np.ndarray]:
+    """Builder of step array ``k`` (0 h, 1 q, 2 d, 3 mask); without step columns one empty
+    slot per round (the kernel derives the risk from ``round_entropy`` and
+    ``round_classes``)."""
+    def build(ctx: Context) -> np.ndarray:
+        steps = _steps(ctx)
+        if steps is not None:
+            return steps[k]
+        shape = ctx.batch.rounds("agreement")[1].shape + (1,)
+        return np.zeros(shape, bool) if k == 3 else np.zeros(shape, ctx.batch.dtype)
+    return build
+
+
+def _round_entropy(ctx: Context) -> np.ndarray | None:
+    """``token_entropy`` for UAAD's derived risk; ``None`` where the step columns are given."""
+    return None if _steps(ctx) is not None else _token_entropy(ctx)
+
+
+def _round_classes(ctx: Context) -> np.ndarray | None:
+    """``answer_class`` for UAAD's derived risk; ``None`` where the step columns are given."""
+    return None if _steps(ctx) is not None else _answer_class(ctx)
 
 
 def _steps_present(batch: Batch) -> bool:
@@ -509,11 +536,17 @@ INPUTS: Mapping[str, PackedInput] = {
         PackedInput("belief", 1, 0.0, _cols("belief", "answers", "n_agents"),
                     _cols("answer_logprob", "answers", "n_agents"), _has("belief"), _belief,
                     "belief (or answer_logprob)"),
-        PackedInput("round_risk", 1, 0.0,
-                    _cols("step_h", "step_q", "step_d", "n_agents"),
-                    _cols("agreement", "answers", "token_entropy", "n_agents"),
-                    _risk_available, _round_risk,
-                    "step_h, step_q, step_d (or answers and token_entropy, to derive them)"),
+        *(PackedInput(name, 1, False if name == "step_mask" else 0.0,
+                      _cols("step_h", "step_q", "step_d", "n_agents"),
+                      _cols("agreement", "answers", "token_entropy", "n_agents"),
+                      _risk_available, _step_input(k),
+                      "step_h, step_q, step_d (or answers and token_entropy, to derive them)")
+          for k, name in enumerate(("step_h", "step_q", "step_d", "step_mask"))),
+        PackedInput("round_entropy", 1, 0.0, _cols("token_entropy"), _cols("topk_logprobs"),
+                    _risk_available, _round_entropy,
+                    "token_entropy (or topk_logprobs, or --observation-noise)"),
+        PackedInput("round_classes", 1, -1, _cols("answers", "n_agents"), _cols(),
+                    _risk_available, _round_classes, "answers"),
         PackedInput("n_agents", 0, 1.0, _cols("n_agents", "answers"), _cols(),
                     _has("answers"), _n_agents, "answers"),
     )

@@ -410,16 +410,30 @@ UAAD_WEIGHT_TOLERANCE = 1e-9
 
 def uaad_constraints(values: Mapping[str, Any], ids: Sequence[str] | None = None) -> None:
     """UAAD's parameters together (DESIGN.md, UAAD): the step-risk weights ``w_h, w_q, w_d``
-    sum to 1 (within :data:`UAAD_WEIGHT_TOLERANCE`; each is checked in [0, 1] on its own)
+    sum to 1 (within :data:`UAAD_WEIGHT_TOLERANCE`, or 4 ulps of the weights' float dtype
+    where that is coarser: a float32 kernel's rounded weights; each is checked in [0, 1] on
+    its own)
     and ``risk_low < risk_high`` (the medium tier is ``risk_low <= risk < risk_high``).
     ``values``: parameter -> a scalar or an ``[N]`` array; ``ids`` name the trajectory of a
     per-trajectory pair that does not fit. Raises ValueError naming the parameters."""
     if all(w in values for w in ("w_h", "w_q", "w_d")):
-        w = [float(values[k]) for k in ("w_h", "w_q", "w_d")]
-        if abs(sum(w) - 1.0) > UAAD_WEIGHT_TOLERANCE:
+        given = [np.asarray(values[k]) for k in ("w_h", "w_q", "w_d")]
+        dtype = np.result_type(*given)
+        # weights rounded to a float32 kernel's dtype sum to 1 within its rounding only
+        tol = max(UAAD_WEIGHT_TOLERANCE, 4 * float(np.finfo(dtype).eps)
+                  if np.issubdtype(dtype, np.floating) else 0.0)
+        w = np.broadcast_arrays(*(x.astype(np.float64) for x in given))
+        total = w[0] + w[1] + w[2]
+        bad = ~(np.abs(total - 1.0) <= tol)
+        if bad.any():
+            k = int(np.argmax(bad.reshape(-1)))
+            who = ""
+            if bad.ndim:
+                who = f"trajectory {ids[k]!r}: " if ids is not None else f"trajectory {k}: "
+            h, q, d = (float(x.reshape(-1)[k]) for x in w)
             raise ValueError(
-                f"uaad: the step-risk weights must sum to 1, got w_h + w_q + w_d = "
-                f"{w[0]:g} + {w[1]:g} + {w[2]:g} = {sum(w):g}")
+                f"{who}uaad: the step-risk weights must sum to 1, got w_h + w_q + w_d = "
+                f"{h:g} + {q:g} + {d:g} = {h + q + d:g}")
     if "risk_low" in values and "risk_high" in values:
         low = np.asarray(values["risk_low"], np.float64)
         high = np.asarray(values["risk_high"], np.float64)
@@ -437,13 +451,13 @@ def uaad_constraints(values: Mapping[str, Any], ids: Sequence[str] | None = None
 
 
 UAAD_PARAMS = (
-    Param("w_h", default=0.45, low=0.0, high=1.0, kernel=False,
+    Param("w_h", default=0.45, low=0.0, high=1.0,
           doc="UAAD: weight of the token entropy h in the step risk"),
-    Param("w_q", default=0.35, low=0.0, high=1.0, kernel=False,
+    Param("w_q", default=0.35, low=0.0, high=1.0,
           doc="UAAD: weight of the self-inconsistency q in the step risk"),
-    Param("w_d", default=0.20, low=0.0, high=1.0, kernel=False,
+    Param("w_d", default=0.20, low=0.0, high=1.0,
           doc="UAAD: weight of the cross-agent divergence d in the step risk"),
-    Param("entropy_max", default=math.log(5.0), low=0.0, low_open=True, kernel=False,
+    Param("entropy_max", default=math.log(5.0), low=0.0, low_open=True,
           doc="UAAD: token entropy (nats) that maps to h = 1 when h is derived"),
     Param("tau_c", default=0.8, low=0.0, high=1.0,
           doc="UAAD: consensus stop needs the dominant share at least this"),
@@ -523,8 +537,9 @@ _BUILTIN = (
         name="bccs", inputs=("answer_class", "belief", "n_agents", "round_mask"),
         params=BCCS_PARAMS, outputs=("bccs", "bccs_first_full", "bccs_leader"),
         **_kernels("bccs", "bccs"),
-        description="BCCS: 1 - p_b of the last round, the belief share outside the support "
-                    "group (also: first full-consensus round, last round's leader slot)",
+        description="BCCS: 1 - p_s p_b of the last round, support share times belief share "
+                    "(a lone answering agent is not certainty; also: first full-consensus "
+                    "round, last round's leader slot)",
     ),
     Estimator(
         name="sauce_belief",
@@ -533,8 +548,11 @@ _BUILTIN = (
         description="SAUCE filtering BCCS's belief share p_b instead of agreement",
     ),
     Estimator(
-        name="uaad", inputs=("round_risk", "agreement", "round_mask", "n_agents"),
-        params=UAAD_PARAMS, constraints=uaad_constraints,
+        name="uaad",
+        inputs=("step_h", "step_q", "step_d", "step_mask", "agreement", "round_mask",
+                "n_agents"),
+        optional_inputs=("round_entropy", "round_classes"), params=UAAD_PARAMS,
+        constraints=uaad_constraints,
         outputs=("uaad", "uaad_max_risk", "uaad_tier", "uaad_stop", "uaad_calls"),
         **_kernels("uaad", "uaad"),
         description="UAAD: the round-0 step risk that routes (also: the largest risk of any "

@@ -604,7 +604,8 @@ def _resolve_once(resolved, methods, batch: Batch, params, observation_noise,
                 info["left_out"] = {**left_out_methods(batch), **no_preset}
         if observation_noise is not None:
             readers = [m for m in resolved
-                       if {"token_entropy", "round_risk"} & set(get_estimator(m).inputs)]
+                       if {"token_entropy", "round_entropy"}
+                       & {*get_estimator(m).inputs, *get_estimator(m).optional_inputs}]
             if not readers:
                 raise ValueError(
                     f"observation noise would be ignored: it stands in for token entropy, "

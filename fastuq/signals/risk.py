@@ -1,25 +1,15 @@
-"""UAAD's per-round risk (DESIGN.md, "UAAD"): the largest step risk of each round.
+"""UAAD's step signals packed for its kernel (DESIGN.md, "UAAD"): the ragged node columns
+``step_h``, ``step_q``, ``step_d`` (``[round][agent][step]`` per trajectory, each in [0, 1])
+checked and padded into time-major arrays ``[T, N, S]``, the agents' steps of a round side by
+side on the slot axis ``S``.
 
-Step risk ``u = w_h h + w_q q + w_d d`` with ``h`` the normalised token entropy of the step,
-``q`` the answer-level inconsistency (1 - the dominant cluster share) and ``d`` the
-cross-agent divergence, each in [0, 1]. The round's risk is the maximum over its agents'
-steps.
-
-Two sources, whole-column NumPy over Arrow buffers (no per-record Python):
-
-* :func:`round_risk_from_steps`: the canonical ragged node columns ``step_h``, ``step_q``,
-  ``step_d`` (``[round][agent][step]`` per trajectory, the three of identical shape);
-* :func:`round_risk_derived`: one step per round, derived from what a debate corpus has:
-  ``q_t = 1 - agreement_t``, ``h_t = min(token_entropy_t / entropy_max, 1)`` (the mean token
-  entropy of the round in nats over the largest it can be: ``ln k`` for entropies of
-  renormalised top-k distributions) and ``d_t`` = the share of pairs of the round's
-  answering agents whose answers differ (the vote classes agreement counts; 0 with fewer
-  than two answers).
+Only the packing and the checks live here (whole-column NumPy over Arrow buffers, no
+per-record Python): the step risk ``u = w_h h + w_q q + w_d d``, its maximum over a round,
+the derivation of h, q and d from round signals where a corpus has no step columns, and the
+routing are the kernel's (:mod:`fastuq.kernels.uaad`: kernel, twin and reference).
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import pyarrow as pa
@@ -27,51 +17,42 @@ import pyarrow.compute as pc
 
 from fastuq.engine.errors import RecordError
 from fastuq.io.arrow_lists import combined, list_lengths, offsets
-from fastuq.io.pack import pack_offsets
 
-__all__ = ["DEFAULT_ENTROPY_MAX", "STEP_COLUMNS", "class_votes", "pair_disagreement",
-           "round_risk_derived", "round_risk_from_steps"]
+__all__ = ["STEP_COLUMNS", "pack_steps"]
 
 #: The step-signal columns, in the order of the weights ``(w_h, w_q, w_d)``.
 STEP_COLUMNS = ("step_h", "step_q", "step_d")
-#: Default ``entropy_max``: ln 5, the largest entropy of a renormalised top-5 distribution
-#: (top-5 is what most APIs return).
-DEFAULT_ENTROPY_MAX = math.log(5.0)
-
-
-def _segment_max(values: np.ndarray, lengths: np.ndarray, empty: float) -> np.ndarray:
-    """Max of each consecutive segment of ``values`` (``lengths`` per segment); ``empty``
-    for a segment of length 0."""
-    out = np.full(lengths.size, empty, values.dtype if values.size else np.float64)
-    full = lengths > 0
-    if full.any():
-        starts = offsets(lengths)[:-1][full]
-        out[full] = np.maximum.reduceat(values, starts)
-    return out
 
 
 def _name(ids, n: int) -> str:
     return repr(ids[n]) if ids is not None else str(n)
 
 
-def round_risk_from_steps(
-    columns: dict[str, pa.Array], weights: tuple[float, float, float], *, dtype=np.float64,
-    ids=None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Round risk from ``step_h``, ``step_q``, ``step_d``: ``(risk [T, N], round_mask [T, N])``.
+def _slots(widest: int) -> int:
+    """Step slots allocated for a round of ``widest`` steps: the next power of two (at
+    least 1), so that chunks of similar width share one compiled kernel shape."""
+    return 1 << max(int(widest) - 1, 0).bit_length()
+
+
+def pack_steps(
+    columns: dict[str, pa.Array], *, dtype=np.float64, ids=None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(step_h, step_q, step_d, step_mask, round_mask)``: the three step columns padded to
+    ``[T, N, S]`` (``S``: the most steps in any round, all its agents together, rounded up
+    to a power of two; padding 0 and ``step_mask`` false) and the rounds ``[T, N]``.
 
     Args:
       columns: the three columns by name, each ``list<list<list<number>>>`` (one list per
         trajectory of rounds of agents of steps; a null agent or an empty list has no steps).
-      weights: ``(w_h, w_q, w_d)``.
+      dtype: the float dtype of the step arrays.
       ids: trajectory ids for messages.
 
     Raises :class:`RecordError` naming the trajectory, round, agent, step and field where
     the three columns differ in shape or a value is missing, not finite or outside [0, 1],
     and naming the trajectory and round of an executed round without any step (no agent
     has a step there): its risk is unknown, and is neither taken as 0 nor derived from
-    other columns (a corpus without the step columns derives every round's risk, see
-    :func:`round_risk_derived`).
+    other columns (a corpus without the step columns derives every round's risk in the
+    kernel).
     """
     cols = [combined(columns[name]) for name in STEP_COLUMNS]
     n = len(cols[0])
@@ -98,8 +79,8 @@ def round_risk_from_steps(
                     f"trajectory {_name(ids, owner[0])}{_where(owner)}: {name} has "
                     f"{int(mine[j])} {what} but {base[0]} has {int(ref[j])} (field {name})",
                     row=owner[0])
-    total = np.zeros(len(base[4]), np.float64)
-    for (name, r_len, a_len, s_len, values), w in zip(levels, weights, strict=True):
+    packed_values = []
+    for name, r_len, a_len, s_len, values in levels:
         valid = values.is_valid().to_numpy(zero_copy_only=False)
         v = values.fill_null(np.nan).to_numpy(zero_copy_only=False).astype(np.float64)
         with np.errstate(invalid="ignore"):
@@ -113,19 +94,37 @@ def round_risk_from_steps(
                 f"trajectory {_name(ids, owner[0])}{_where(owner)}, step {step}: {name} = "
                 f"{None if not valid[j] else v[j]} is not a number in [0, 1] (field {name})",
                 row=owner[0])
-        total += w * v
-    node_max = _segment_max(total, base[3], -np.inf)
-    round_max = _segment_max(node_max, base[2], -np.inf)
-    empty = ~np.isfinite(round_max)  # no agent of the round has a step
+        packed_values.append(v)
+    _, r_len, a_len, s_len, _ = base
+    # steps per round (all its agents): sum of the node step counts over each round's agents
+    node_round = np.repeat(np.arange(a_len.size), a_len)
+    round_steps = np.bincount(node_round, weights=s_len, minlength=a_len.size).astype(np.int64)
+    empty = round_steps == 0  # no agent of the round has a step
     if empty.any():
-        owner = _owner_of(1, int(np.argmax(empty)), base[1], base[2])
+        owner = _owner_of(1, int(np.argmax(empty)), r_len, a_len)
         raise RecordError(
             f"trajectory {_name(ids, owner[0])}{_where(owner)}: no step signals (every "
             f"agent's {', '.join(STEP_COLUMNS)} list is null or empty), so the round has no "
             f"risk; give its steps, or leave out the three step columns to derive every "
             f"round's risk from agreement, token_entropy and answers (field step_h)",
             row=owner[0])
-    return pack_offsets(round_max, offsets(base[1]), dtype=dtype)
+    t_max = int(r_len.max()) if n else 0
+    width = _slots(int(round_steps.max()) if round_steps.size else 0)
+    # each value's (trajectory, round, slot): its round's global index, then its place in it
+    value_round = np.repeat(np.arange(round_steps.size), round_steps)
+    slot = np.arange(value_round.size) - offsets(round_steps)[:-1][value_round]
+    round_traj = np.repeat(np.arange(n), r_len)
+    round_t = np.arange(round_steps.size) - offsets(r_len)[:-1][round_traj]
+    rows, ts = round_traj[value_round], round_t[value_round]
+    step_mask = np.zeros((t_max, n, width), bool)
+    step_mask[ts, rows, slot] = True
+    out = []
+    for v in packed_values:
+        arr = np.zeros((t_max, n, width), dtype)
+        arr[ts, rows, slot] = v
+        out.append(arr)
+    round_mask = np.arange(t_max)[:, None] < r_len[None, :]
+    return out[0], out[1], out[2], step_mask, round_mask
 
 
 def _owner_of(level: int, j: int, r_len: np.ndarray, a_len: np.ndarray) -> tuple[int, ...]:
@@ -150,39 +149,3 @@ def _where(owner: tuple[int, ...]) -> str:
     if len(owner) > 2:
         parts.append(f"agent {owner[2]}")
     return (", " + ", ".join(parts)) if parts else ""
-
-
-def class_votes(answer_class: np.ndarray) -> np.ndarray:
-    """``[T, N, A]`` int32: the votes of the class each slot voted for (the slot's own
-    included), 0 where the slot cast no vote; ``answer_class [T, N, A]``, -1: no vote."""
-    cls = np.asarray(answer_class)
-    votes = cls >= 0
-    count = np.zeros(cls.shape, np.int32)
-    for b in range(cls.shape[2]):
-        count += (cls == cls[:, :, b:b + 1]) & votes[:, :, b:b + 1]
-    return count * votes
-
-
-def pair_disagreement(answer_class: np.ndarray) -> np.ndarray:
-    """``d [T, N]``: the share of pairs of a round's answering agents whose vote classes
-    differ, from ``answer_class [T, N, A]`` (-1: no vote); 0 with fewer than two votes."""
-    same = class_votes(answer_class)
-    m = (np.asarray(answer_class) >= 0).sum(axis=2)
-    pairs_same = (same.sum(axis=2) - m) / 2.0  # minus the slot itself
-    pairs = m * (m - 1) / 2.0
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(m >= 2, 1.0 - pairs_same / np.maximum(pairs, 1), 0.0)
-
-
-def round_risk_derived(
-    agreement: np.ndarray, token_entropy: np.ndarray, answer_class: np.ndarray,
-    round_mask: np.ndarray, weights: tuple[float, float, float], entropy_max: float,
-) -> np.ndarray:
-    """Round risk ``[T, N]`` derived from the round signals (see the module docstring); 0 in
-    masked rounds. ``agreement``, ``token_entropy``: ``[T, N]`` checked values;
-    ``answer_class``: ``[T, N, A]``."""
-    w_h, w_q, w_d = weights
-    h = np.minimum(np.asarray(token_entropy, np.float64) / entropy_max, 1.0)
-    q = 1.0 - np.asarray(agreement, np.float64)
-    d = pair_disagreement(answer_class)
-    return np.where(round_mask, w_h * h + w_q * q + w_d * d, 0.0)
