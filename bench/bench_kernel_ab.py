@@ -4,11 +4,16 @@ Imports the kernel module as it is at a git revision (``--before``, default ``ma
 the working tree's, and times both on the same device arrays, alternating calls, so that
 the ratio holds on a loaded machine. On several XLA CPU devices each device scores its own
 slice (``jax.shard_map``, as ``fastuq.engine.runtime.per_device`` runs it): "before" is
-compiled with XLA's defaults, "after" with ``XLA_COMPILER_OPTIONS`` (what ``per_device``
-passes now); on one device each kernel is called directly (``sauce_scan`` then picks its
-own options). The floor is (bytes read + written) / the copy bandwidth of a 512 MiB
-``np.copyto`` on one and on two threads, measured before and after the timed calls (the
-larger of the two). Prints one JSON line and a summary; writes nothing.
+compiled with XLA's defaults (``--before-options`` gives it the same options as "after"),
+"after" with ``XLA_COMPILER_OPTIONS`` (what ``per_device`` passes). On one device "before"
+is the old kernel called directly, as the old revision's engine called it (with the jit
+wrapper of that revision's ``kernels/_compile.py``, loaded beside it: before issue 20 a
+top-level call picked the options itself), "after" is the kernel inside the engine's
+top-level jit with the options (``per_device`` on one device since issue 20), and
+"direct" the new kernel called directly (a plain jit since issue 20: XLA's defaults). The
+floor is (bytes read + written) / the copy bandwidth of a 512 MiB ``np.copyto`` on one and
+on two threads, measured before and after the timed calls (the larger of the two). Prints
+one JSON line and a summary; writes nothing.
 
     python bench/bench_kernel_ab.py sauce --devices 2 --rounds 15 --n 1e7 --repeats 15
     python bench/bench_kernel_ab.py umas --devices 2 --rounds 13 --agents 4 --n 1e6
@@ -39,6 +44,9 @@ REPO = Path(__file__).resolve().parent.parent
 def _old_module(kernel: str, rev: str):
     source = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:kernels/{kernel}.py"],
                             check=True, capture_output=True, text=True).stdout
+    if kernel != "_compile" and "from ._compile import" in source:  # the old jit wrapper too
+        _old_module("_compile", rev)
+        source = source.replace("from ._compile import", "from ._before__compile import")
     path = Path(tempfile.mkdtemp()) / f"_before_{kernel}.py"
     path.write_text(source)
     name = f"fastuq.kernels._before_{kernel}"  # relative imports resolve in fastuq.kernels
@@ -61,6 +69,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     p.add_argument("--repeats", type=int, default=None, help="timed pairs (default 15)")
     p.add_argument("--quick", action="store_true", help="smoke test: N = 1e5, 3 repeats")
+    p.add_argument("--before-options", action="store_true",
+                   help="on several devices, compile 'before' with the options too")
     args = p.parse_args(argv)
     n = args.n or (10**5 if args.quick else 10**7 if args.kernel == "sauce" else 10**6)
     args.repeats = args.repeats or (3 if args.quick else 15)
@@ -72,6 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
 
+    from fastuq.kernels._compile import top_level_jit
     from fastuq.kernels.constants import XLA_COMPILER_OPTIONS
 
     old = _old_module(args.kernel, args.before)
@@ -117,14 +128,20 @@ def main(argv: list[str] | None = None) -> None:
                                compiler_options=options)
             return fn
 
-        fns = {"before": build(old, None), "after": build(new, XLA_COMPILER_OPTIONS)}
+        if args.devices > 1:
+            fns = {"before": build(old, XLA_COMPILER_OPTIONS if args.before_options else None),
+                   "after": build(new, XLA_COMPILER_OPTIONS)}
+        else:
+            fns = {"before": build(old, None), "after": top_level_jit(build(new, None)),
+                   "direct": build(new, None)}
         first = {}
         outs = {}
         for name, fn in fns.items():
             start = time.perf_counter()
             outs[name] = np.asarray(fn(*inputs))
             first[name] = time.perf_counter() - start
-        identical = np.array_equal(outs["before"].view(np.uint8), outs["after"].view(np.uint8))
+        identical = all(np.array_equal(outs["before"].view(np.uint8), o.view(np.uint8))
+                        for o in outs.values())
         times = {name: [] for name in fns}
         for _ in range(args.repeats):
             for name, fn in fns.items():

@@ -644,7 +644,7 @@ def _preset_scores(
 ) -> np.ndarray | None:
     """SAUCE scores ``[N]`` with every trajectory's protocol preset, or ``base``'s values
     where it names the protocol (None: a protocol has neither)."""
-    from fastuq.engine.registry import SAUCE_PRESETS, get_estimator
+    from fastuq.engine.registry import SAUCE_PRESETS
     from fastuq.engine.runtime import x64_scope
 
     base = base or {}
@@ -652,10 +652,22 @@ def _preset_scores(
            for p in data.protocols):
         return None
     params = data.presets(None, base)
+    from fastuq.kernels._compile import default_platform
+
     with x64_scope(dtype):
-        out = get_estimator("sauce").kernel_fn("jax")(
+        out = _top_level_sauce(default_platform())(
             data.agreement, data.token_entropy, data.round_mask, **params)
         return np.asarray(out).astype(dtype, copy=False)
+
+
+@functools.lru_cache(maxsize=4)
+def _top_level_sauce(platform: str) -> Callable:
+    """SAUCE's kernel compiled as a top-level program for ``platform`` (CPU code-generation
+    options only on a CPU: the kernel itself is a plain jit)."""
+    from fastuq.engine.registry import get_estimator
+    from fastuq.kernels._compile import top_level_jit
+
+    return top_level_jit(get_estimator("sauce").kernel_fn("jax"), platform)
 
 
 # --------------------------------------------------------------------------- sweep

@@ -1,40 +1,25 @@
-"""Jit a kernel so that a top-level call on a CPU compiles with ``XLA_COMPILER_OPTIONS``.
+"""How fastuq's kernels are jitted, and the CPU compile options of a top-level program.
 
-JAX takes ``compiler_options`` only on the outermost jit (a nested jit that has them
-raises), and XLA compiles a whole program with the options of that outermost jit. So a
-kernel that is called both on its own and inside other programs (``runtime.per_device``,
-sweeps, ``vmap``, a caller's jit) is jitted twice: with the options for calls made outside
-any JAX trace, and plainly for calls made inside one, where the enclosing jit's options
-apply (fastuq's own wrappers pass ``XLA_COMPILER_OPTIONS`` too).
+JAX takes ``compiler_options`` only on the outermost jit (a nested jit that has them raises
+``ValueError``), and XLA compiles a whole program with the options of that outermost jit.
+So the kernels themselves are plain ``jax.jit`` functions (:func:`kernel_jit`): they trace
+inside any caller's program (``vmap``, ``shard_map``, a caller's jit) and, called on their
+own, compile with XLA's defaults. The code that compiles the top-level program knows that it
+is top level and passes :func:`compiler_options` for its platform there: fastuq's engine
+(``runtime.run_bucketed``, on one device or several) and the sweep's vmapped scorer do; a
+caller scoring with a kernel directly can use :func:`top_level_jit` (or
+``jax.jit(..., compiler_options=compiler_options())`` of its own program) for the same
+speed. Only public JAX API is used.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import jax
 
 from .constants import XLA_COMPILER_OPTIONS
-
-try:  # JAX's own test of "not inside any trace" (internal; the fallback looks at arguments)
-    from jax._src.core import trace_state_clean as _outside_traces
-except ImportError:  # pragma: no cover - other JAX versions
-    _outside_traces = None
-
-
-def _on_cpu(args, kwargs) -> bool:
-    """Whether a top-level call runs on a CPU: its committed array arguments' devices, else
-    :func:`default_platform`."""
-    for leaf in jax.tree.leaves((args, kwargs)):
-        if isinstance(leaf, jax.Array) and getattr(leaf, "committed", False):
-            return all(d.platform == "cpu" for d in leaf.devices())
-    return default_platform() == "cpu"
-
-
-def _top_level(args, kwargs) -> bool:
-    if _outside_traces is not None:
-        return _outside_traces()
-    return not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((args, kwargs)))
 
 
 def default_platform() -> str:
@@ -49,28 +34,25 @@ def default_platform() -> str:
 
 def compiler_options(platform: str | None = None) -> dict:
     """``XLA_COMPILER_OPTIONS`` for a CPU program, none for any other platform (the options
-    are CPU code-generation settings; other backends are not given them)."""
+    are CPU code-generation settings; other backends are not given them). ``platform``:
+    ``None`` for :func:`default_platform`."""
     platform = default_platform() if platform is None else platform
     return dict(XLA_COMPILER_OPTIONS) if platform == "cpu" else {}
 
 
-def kernel_jit(fun=None, **jit_kwargs):
-    """``jax.jit(fun, **jit_kwargs)`` that compiles with ``XLA_COMPILER_OPTIONS`` when called
-    at top level. Usable as a decorator (``@kernel_jit(static_argnames=...)``). The result
-    has ``plain`` and ``with_options`` (the two jitted functions), ``__wrapped__`` and
-    ``_cache_size()`` (both caches, for ``runtime.compiled_count``)."""
+def kernel_jit(fun: Callable | None = None, **jit_kwargs) -> Callable:
+    """``jax.jit(fun, **jit_kwargs)``: how a kernel is jitted. Usable as a decorator
+    (``@kernel_jit(static_argnames=...)``). No compile options: the kernel traces inside any
+    caller's jit, and the program that calls it at top level brings them
+    (:func:`top_level_jit`, ``runtime.run_bucketed``)."""
     if fun is None:
         return functools.partial(kernel_jit, **jit_kwargs)
-    plain = jax.jit(fun, **jit_kwargs)
-    with_options = jax.jit(fun, compiler_options=XLA_COMPILER_OPTIONS, **jit_kwargs)
+    return jax.jit(fun, **jit_kwargs)
 
-    @functools.wraps(fun)
-    def call(*args, **kwargs):
-        if _top_level(args, kwargs) and _on_cpu(args, kwargs):
-            return with_options(*args, **kwargs)
-        return plain(*args, **kwargs)
 
-    call.plain = plain
-    call.with_options = with_options
-    call._cache_size = lambda: plain._cache_size() + with_options._cache_size()
-    return call
+def top_level_jit(fun: Callable, platform: str | None = None, **jit_kwargs) -> Callable:
+    """``jax.jit(fun, compiler_options=compiler_options(platform), **jit_kwargs)``: ``fun``
+    (a kernel, or a program calling kernels) compiled as a top-level program with the CPU
+    options where ``platform`` (default :func:`default_platform`, read now) is a CPU. Call
+    the result outside any JAX trace only (JAX refuses compile options on a nested jit)."""
+    return jax.jit(fun, compiler_options=compiler_options(platform), **jit_kwargs)

@@ -1,22 +1,28 @@
 """The kernels' compile-time arrangement does not change a bit of their numbers.
 
-``sauce_scan`` compiles with ``XLA_COMPILER_OPTIONS`` (512-bit vectors on CPU) and, for
-summaries, fully unrolls up to 32 rounds; before issue 12 it compiled with XLA's defaults
-and unrolled up to 16. The previous path is the same Python function jitted without the
-options (``sauce_scan.plain``, what runs inside a caller's jit) with the old unroll rule, and
-both must agree bit for bit (NaN sign included) on every output field, float32 and float64,
-on ragged batches with masked garbage (NaN), holes in the round mask, trajectories without
-rounds, scalar and per-trajectory parameters. The wrappers that host every kernel on several
-devices (``runtime.per_device``) and in sweeps compile with the same options, so UMAS is
-checked the same way.
+``sauce_scan`` compiled as a top-level program with ``XLA_COMPILER_OPTIONS`` (512-bit vectors
+on CPU: ``kernels._compile.top_level_jit``, what the engine's ``runtime.per_device`` does on
+one device or several) and, for summaries, fully unrolled up to 32 rounds; before issue 12
+it compiled with XLA's defaults and unrolled up to 16. The previous path is the kernel
+itself (a plain jit since issue 20: what a call on its own or inside a caller's jit runs)
+with the old unroll rule, and both must agree bit for bit (NaN sign included) on every
+output field, float32 and float64, on ragged batches with masked garbage (NaN), holes in
+the round mask, trajectories without rounds, scalar and per-trajectory parameters. The
+sweep's vmapped scorer compiles with the same options, so UMAS is checked the same way.
+
+Issue 20: the options are applied through public JAX API only (no ``jax._src``), at the
+jit that is the top of the program.
 """
 
 import functools
+import re
+from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
 
+from fastuq.kernels._compile import top_level_jit
 from fastuq.kernels.constants import XLA_COMPILER_OPTIONS
 from fastuq.kernels.sauce import (
     SUMMARY_FIELDS,
@@ -34,7 +40,9 @@ ALL = SUMMARY_FIELDS + TRACE_FIELDS
 TOL = {np.float64: 1e-12, np.float32: 1e-5}
 
 #: The kernel as it was compiled before: XLA's default options, full unrolling up to T = 16.
-_previous_scan = sauce_scan.plain
+_previous_scan = sauce_scan
+#: The kernel as the engine compiles it: the top of the program, with the options (on CPU).
+_engine_scan = top_level_jit(sauce_scan, static_argnames=("fields", "unroll", "block"))
 
 
 def _previous_unroll(t_max):
@@ -102,7 +110,7 @@ def test_sauce_scan_bit_identical_to_previous_path(t_max, n, dtype, fields, ragg
         a, h, m = _batch(rng, n, t_max, dtype, holes=ragged)
         p = _params(rng, n, ragged, dtype)
         with jax.enable_x64(dtype == np.float64):
-            got = {k: np.asarray(v) for k, v in sauce_scan(a, h, m, p, fields=fields).items()}
+            got = {k: np.asarray(v) for k, v in _engine_scan(a, h, m, p, fields=fields).items()}
             ref = {k: np.asarray(v) for k, v in _previous_scan(
                 a, h, m, p, fields=fields, unroll=_previous_unroll(t_max)).items()}
             score = np.asarray(sauce(a, h, m, lam=p.lam, q=p.q, sigma2_0=p.sigma2_0,
@@ -123,7 +131,7 @@ def test_sauce_scan_blocks_bit_identical(block):
     p = _params(rng, n, True, np.float32)
     with pytest.raises(ValueError, match="does not divide"):
         sauce_scan(a[:, :-1], h[:, :-1], m[:, :-1], p, fields=ALL, block=block)
-    got = sauce_scan(a, h, m, p, fields=ALL, block=block)
+    got = _engine_scan(a, h, m, p, fields=ALL, block=block)
     ref = _previous_scan(a, h, m, p, fields=ALL, unroll=True)
     _assert_bit_equal({k: np.asarray(v) for k, v in got.items()},
                       {k: np.asarray(v) for k, v in ref.items()})
@@ -199,18 +207,56 @@ def test_cpu_options_only_on_cpus():
         assert compiler_options() == XLA_COMPILER_OPTIONS
 
 
-def test_kernel_jit_picks_the_plain_program_inside_a_trace():
+def test_kernel_jit_traces_anywhere_top_level_jit_only_at_the_top():
     from fastuq.kernels._compile import kernel_jit
 
     @kernel_jit
     def double(x):
         return 2 * x
 
-    x = jax.device_put(np.arange(4.0, dtype=np.float32), jax.devices("cpu")[0])
-    np.testing.assert_array_equal(np.asarray(double(x)), 2 * np.arange(4.0))
-    assert double.with_options._cache_size() == 1 and double.plain._cache_size() == 0
-    # inside another jit the plain program is traced (a nested jit given compiler options
-    # raises), and the with-options one is not touched again
-    np.testing.assert_array_equal(np.asarray(jax.jit(lambda v: double(v) + 1)(x)),
-                                  2 * np.arange(4.0) + 1)
-    assert double.with_options._cache_size() == 1
+    x = np.arange(4.0, dtype=np.float32)
+    expect = 2 * np.arange(4.0)
+    np.testing.assert_array_equal(np.asarray(double(x)), expect)
+    # inside a caller's jit: on traced arguments, and on constants it closes over
+    np.testing.assert_array_equal(np.asarray(jax.jit(lambda v: double(v) + 1)(x)), expect + 1)
+    np.testing.assert_array_equal(np.asarray(jax.jit(lambda: double(x) + 1)()), expect + 1)
+    np.testing.assert_array_equal(np.asarray(jax.vmap(double)(x)), expect)
+    # the top-level program carries the options on a CPU (JAX refuses them on a nested jit:
+    # the refusal shows they are there) and none elsewhere
+    cpu_top = top_level_jit(double, "cpu")
+    np.testing.assert_array_equal(np.asarray(cpu_top(x)), expect)
+    with pytest.raises(ValueError, match="top-level"):
+        jax.jit(lambda v: cpu_top(v))(x)
+    gpu_top = top_level_jit(double, "gpu")
+    np.testing.assert_array_equal(np.asarray(jax.jit(lambda v: gpu_top(v))(x)), expect)
+
+
+def test_per_device_compiles_the_top_level_program_with_the_options():
+    """One device or several, the engine's wrapper is the outermost jit and carries the
+    options on a CPU (the kernel inside it is traced)."""
+    from fastuq.engine.runtime import local_devices, per_device
+
+    def kernel(x, *, scale):
+        return {"y": double_plain(x) * scale}
+
+    double_plain = jax.jit(lambda v: 2 * v)
+    wrapped = per_device(kernel, (0,), scale=3.0)
+    n = 2 * len(local_devices())
+    x = np.arange(n, dtype=np.float32)
+    np.testing.assert_array_equal(np.asarray(wrapped(x)["y"]), 6 * x)
+    if local_devices()[0].platform == "cpu":
+        with pytest.raises(ValueError, match="top-level"):
+            jax.jit(lambda v: wrapped(v)["y"])(x)
+
+
+def test_no_private_jax_api():
+    """fastuq and its kernels use JAX's public API only: no ``jax._src`` anywhere."""
+    import fastuq
+    import fastuq.kernels
+
+    roots = {Path(fastuq.__file__).parent, Path(fastuq.kernels.__file__).parent}
+    pattern = re.compile(r"\bjax\._src\b|from\s+jax\s+import\s+_src\b")
+    found = [f"{path}:{i}" for root in roots for path in sorted(root.rglob("*.py"))
+             for i, line in enumerate(path.read_text().splitlines(), 1)
+             if pattern.search(line)]
+    assert found == []

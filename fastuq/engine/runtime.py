@@ -1,29 +1,42 @@
 """How fastuq runs its JAX kernels: dtype scoping, CPU devices, bucketed batch sizes.
 
 JAX is imported lazily, only by the functions that need it.
+
+Runtime state is per context, not per process: the platform of :func:`device_scope` and the
+logs of :func:`record_splits` live in ``contextvars``, so two threads (or asyncio tasks) in
+different scopes do not see each other's, and a thread that fastuq's pipeline starts runs in
+a copy of its caller's context (:func:`in_context`), so it sees the caller's scope. The
+caches (meshes, compiled per-device wrappers) are keyed by everything they depend on and
+filled under a lock.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import math
 import os
 import re
 import sys
+import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 
 __all__ = ["DEVICES", "available_cpus", "bucket_size", "cgroup_cpu_limit", "device_scope",
-           "device_split", "local_devices", "record_splits", "tune_allocator",
-           "use_cpu_devices", "x64_scope"]
+           "device_split", "in_context", "local_devices", "record_splits", "scoped_platform",
+           "tune_allocator", "use_cpu_devices", "x64_scope"]
 
 #: What ``device=`` / ``--device`` accept: ``"auto"`` (JAX's default backend: a GPU when
 #: there is one), ``"cpu"`` or ``"gpu"``.
 DEVICES = ("auto", "cpu", "gpu")
-_PLATFORM: list[str | None] = [None]  # the platform of device_scope (None: JAX's default)
+#: The platform of the innermost :func:`device_scope` of this context (None: JAX's default).
+_PLATFORM: contextvars.ContextVar[str | None] = contextvars.ContextVar("fastuq_platform",
+                                                                      default=None)
+#: Guards the module's caches (filled once per key, read from any thread).
+_LOCK = threading.RLock()
 
 #: Smallest padded batch of small trajectories: below this, padding costs nothing worth
 #: saving.
@@ -337,8 +350,15 @@ def local_devices() -> list:
     default backend."""
     import jax
 
-    platform = _PLATFORM[0]
+    platform = _PLATFORM.get()
     return jax.local_devices(backend=platform) if platform else jax.local_devices()
+
+
+def scoped_platform() -> str | None:
+    """The platform of the innermost :func:`device_scope` of the current context (thread,
+    asyncio task, or a thread started by :func:`in_context`); ``None`` outside any scope
+    (JAX's default backend)."""
+    return _PLATFORM.get()
 
 
 def check_device(device: str | None) -> str | None:
@@ -364,20 +384,43 @@ def device_scope(device: str | None) -> Iterator[None]:
     """Run fastuq's kernels on ``device`` (``"cpu"``, ``"gpu"``, or ``"auto"``/``None``: JAX's
     default backend) inside the block: batches are sharded over that platform's devices and
     unsharded arrays placed on its first. The numbers on a CPU are the same whichever way it
-    is chosen."""
+    is chosen.
+
+    The scope belongs to the current context (a ``contextvars`` variable; JAX's own
+    ``jax.default_device`` is per thread): other threads do not see it, except those started
+    through :func:`in_context`, which run in a copy of the caller's context."""
     platform = check_device(device)
     if platform is None:
         yield
         return
     import jax
 
-    previous = _PLATFORM[0]
-    _PLATFORM[0] = platform
+    token = _PLATFORM.set(platform)
     try:
         with jax.default_device(jax.devices(platform)[0]):
             yield
     finally:
-        _PLATFORM[0] = previous
+        _PLATFORM.reset(token)
+
+
+def in_context(fn: Callable[[], object]) -> Callable[[], object]:
+    """``fn`` to run on another thread as if in the calling one: in a copy of the caller's
+    ``contextvars`` context (a new ``threading.Thread`` starts in an empty one), so it sees
+    the caller's :func:`device_scope` and :func:`record_splits`, and under JAX's default
+    device of that scope (which JAX keeps per thread). Call this in the caller's thread and
+    pass the result as the thread's target."""
+    context = contextvars.copy_context()
+    platform = context.get(_PLATFORM)
+
+    def run():
+        if platform is None:
+            return context.run(fn)
+        import jax
+
+        with jax.default_device(jax.devices(platform)[0]):
+            return context.run(fn)
+
+    return run
 
 
 def batch_sharding(n_padded: int, ndim: int, axis: int):
@@ -398,11 +441,13 @@ _MESHES: dict = {}
 
 
 def _mesh(devices: tuple):
-    if devices not in _MESHES:
+    mesh = _MESHES.get(devices)
+    if mesh is None:
         from jax.sharding import Mesh
 
-        _MESHES[devices] = Mesh(np.array(devices), ("batch",))
-    return _MESHES[devices]
+        with _LOCK:
+            mesh = _MESHES.setdefault(devices, Mesh(np.array(devices), ("batch",)))
+    return mesh
 
 
 def _block(axis: int, ndim: int, lo: int, hi: int) -> tuple:
@@ -470,9 +515,10 @@ _UNSPLIT_WARNED = [False]
 
 def _warn_unsplit(n: int, devices: int) -> None:
     """Say once per process that a chunk has fewer trajectories than devices."""
-    if _UNSPLIT_WARNED[0]:
-        return
-    _UNSPLIT_WARNED[0] = True
+    with _LOCK:
+        if _UNSPLIT_WARNED[0]:
+            return
+        _UNSPLIT_WARNED[0] = True
     warnings.warn(
         f"a chunk of {n} trajector{'y' if n == 1 else 'ies'} cannot be split over {devices} "
         f"devices: each trajectory is scored whole by one device, which leaves {devices - n} "
@@ -480,7 +526,9 @@ def _warn_unsplit(n: int, devices: int) -> None:
         RuntimeWarning, stacklevel=3)
 
 
-_RECORDERS: list[list[dict]] = []
+#: The logs of the enclosing :func:`record_splits` blocks of this context.
+_RECORDERS: contextvars.ContextVar[tuple[list[dict], ...]] = contextvars.ContextVar(
+    "fastuq_recorders", default=())
 
 
 @contextlib.contextmanager
@@ -494,13 +542,15 @@ def record_splits() -> Iterator[list[dict]]:
     count :func:`device_split` dealt it) and ``scored`` (per device, the rows of its shard
     of the kernel's boolean inputs, the round and node masks, with any valid entry: read
     from the arrays as placed on the devices; ``None`` when the kernel takes no mask).
+    Records the calls of the current context (and of threads started by :func:`in_context`
+    inside the block).
     """
     log: list[dict] = []
-    _RECORDERS.append(log)
+    token = _RECORDERS.set(_RECORDERS.get() + (log,))
     try:
         yield log
     finally:
-        _RECORDERS.remove(log)
+        _RECORDERS.reset(token)
 
 
 def _record(args: list, axes: tuple, devices: list, size: int, width: int,
@@ -522,7 +572,7 @@ def _record(args: list, axes: tuple, devices: list, size: int, width: int,
         "trajectories": np.diff(offsets).tolist(),
         "scored": [int(scored[d.id].sum()) for d in devices] if scored else None,
     }
-    for log in _RECORDERS:
+    for log in _RECORDERS.get():
         log.append(entry)
 
 
@@ -600,12 +650,9 @@ def run_bucketed(
                     part = _pad_split(x, axis, start, offsets, s, fill)
                 sharding = batch_sharding(width, part.ndim, axis)
                 args.append(part if sharding is None else jax.device_put(part, sharding))
-            if _RECORDERS:
+            if _RECORDERS.get():
                 _record(args, axes, devices, size, width, offsets, kwargs.get("estimator"))
-            if ndev > 1:
-                res = per_device(fn, axes, **kwargs)(*args)
-            else:
-                res = fn(*args, **kwargs)
+            res = per_device(fn, axes, **kwargs)(*args)
             for name, value in res.items():
                 value = np.asarray(value)
                 axis = 0 if value.ndim == 1 else 1
@@ -629,43 +676,62 @@ _PER_DEVICE: dict = {}
 
 def per_device(fn, axes: tuple[int | None, ...], **kwargs):
     """``fn(*args, **kwargs)`` run by every local device on its own slice of the batch
-    (``jax.shard_map`` over a 1-d mesh), jitted and cached per (fn, axes, kwargs).
+    (``jax.shard_map`` over a 1-d mesh; on one device, ``fn`` itself), jitted as a top-level
+    program with the kernels' compile options for the devices' platform
+    (``fastuq.kernels._compile.compiler_options``) and cached per (fn, axes, kwargs,
+    devices).
 
     ``axes[k]`` is the batch axis of positional argument ``k`` (``None``: replicated, e.g. a
     scalar parameter). Outputs carry the batch on axis 0 (``[N]``) or 1 (``[T, N, ...]``).
     Each device then runs the kernel's single-device code (fusion, cache blocking) on its
-    local block, instead of a GSPMD partitioning of the whole program.
+    local block, instead of a GSPMD partitioning of the whole program. Call the result
+    outside any JAX trace (it is the outermost jit: JAX takes compile options only there).
     """
+    devices = tuple(local_devices())
+    key = (fn, axes, tuple(sorted(kwargs.items())), devices)
+    wrapped = _PER_DEVICE.get(key)
+    if wrapped is None:
+        with _LOCK:  # one wrapper per key, whichever thread asks first
+            wrapped = _PER_DEVICE.get(key)
+            if wrapped is None:
+                wrapped = _PER_DEVICE[key] = _per_device(fn, axes, kwargs, devices)
+    return wrapped
+
+
+def _per_device(fn, axes: tuple[int | None, ...], kwargs: dict, devices: tuple):
     import jax
     from jax.sharding import PartitionSpec as P
 
-    from fastuq.kernels._compile import compiler_options
+    from fastuq.kernels._compile import top_level_jit
 
-    devices = tuple(local_devices())
-    key = (fn, axes, tuple(sorted(kwargs.items())), devices)
-    if key not in _PER_DEVICE:
-        mesh = _mesh(devices)
-        in_specs = tuple(P() if ax is None else P(*([None] * ax), "batch") for ax in axes)
+    def body(*args):
+        return fn(*args, **kwargs)
 
-        def body(*args):
-            return fn(*args, **kwargs)
+    platform = devices[0].platform
+    if len(devices) == 1:
+        # The kernel traces inside this jit, which brings the options (JAX takes them only on
+        # the outermost jit).
+        return top_level_jit(body, platform)
+    mesh = _mesh(devices)
+    in_specs = tuple(P() if ax is None else P(*([None] * ax), "batch") for ax in axes)
 
-        def run(*args):
-            shapes = jax.eval_shape(body, *args)
-            out_specs = {k: P("batch") if v.ndim == 1 else P(None, "batch")
-                         for k, v in shapes.items()}
-            return jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
-                                 check_vma=False)(*args)
+    def run(*args):
+        shapes = jax.eval_shape(body, *args)
+        out_specs = {k: P("batch") if v.ndim == 1 else P(None, "batch")
+                     for k, v in shapes.items()}
+        return jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                             check_vma=False)(*args)
 
-        # The whole program compiles with the kernels' options (an enclosing jit's win).
-        _PER_DEVICE[key] = jax.jit(run, compiler_options=compiler_options(devices[0].platform))
-    return _PER_DEVICE[key]
+    # The whole program compiles with the kernels' options (an enclosing jit's win).
+    return top_level_jit(run, platform)
 
 
 def compiled_count() -> int:
     """Number of compiled executables held by fastuq's per-device wrappers and kernels (for
     tests asserting that a second chunk of the same bucket shape does not recompile)."""
-    total = sum(f._cache_size() for f in _PER_DEVICE.values())
+    with _LOCK:
+        wrappers = list(_PER_DEVICE.values())
+    total = sum(f._cache_size() for f in wrappers)
 
     for name in ("fastuq.kernels.sauce", "fastuq.kernels.umas", "fastuq.kernels.baselines",
                  "fastuq.kernels.bccs"):

@@ -453,10 +453,13 @@ def _prefetch(iterator: Iterator, depth: int = 1, name: str = "fastuq-reader") -
     then overlaps with packing and scoring of the current one, on the other core. Memory grows
     by ``depth`` chunks. An exception in the producer is raised here, in order. When the
     consumer stops, the thread stops after its current item and closes ``iterator`` (so a
-    prefetch inside it stops too).
+    prefetch inside it stops too). The thread runs in a copy of the caller's context
+    (:func:`fastuq.engine.runtime.in_context`): it sees the caller's ``device_scope``.
     """
     import queue
     import threading
+
+    from fastuq.engine.runtime import in_context
 
     items: queue.Queue = queue.Queue(maxsize=depth)
     done = object()
@@ -493,7 +496,7 @@ def _prefetch(iterator: Iterator, depth: int = 1, name: str = "fastuq-reader") -
                 except BaseException:  # noqa: BLE001 - the consumer has gone
                     pass
 
-    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread = threading.Thread(target=in_context(run), name=name, daemon=True)
     thread.start()
     try:
         while True:
