@@ -206,9 +206,6 @@ def test_bccs_first_full_through_fastuq_score_matches_the_reference(thresholds):
             STATE_CODE[r["state"]] for r in ref], row["trajectory_id"]
 
 
-@pytest.mark.xfail(strict=True, reason="BCCS score being settled: the package scores "
-                   "1 - p_b (dissent) of the last round; DESIGN's settled score is "
-                   "1 - p_s p_b (another helper is changing it)")
 def test_bccs_score_is_one_minus_p_s_p_b_of_the_last_round():
     rows = random_rows(31, 60)
     got = fastuq.score(table(rows), "bccs", dtype="float64")["bccs"].to_numpy()
@@ -216,8 +213,6 @@ def test_bccs_score_is_one_minus_p_s_p_b_of_the_last_round():
     np.testing.assert_allclose(got, want, rtol=0, atol=TOL)
 
 
-@pytest.mark.xfail(strict=True, reason="BCCS score being settled: a lone answering agent "
-                   "scores 1 - p_b = 0 today, 1 - p_s p_b = 2/3 when settled")
 def test_bccs_score_of_a_lone_answering_agent_by_hand():
     rows = [{"trajectory_id": "lone", "protocol": "debate", "n_agents": 3,
              "answers": [["6", None, None]], "belief": [[0.95, None, None]],
