@@ -13,7 +13,7 @@ DyLAN protocols, agreement, entropy, seq_logprob, n_tokens; ``fastuq.synth``, se
     python bench/bench_eval.py --n 1e7 --baseline /tmp/base  # the issue's measurement
 
 Results: ``bench/results/eval.json`` (``eval_quick.json.tmp`` with ``--quick``); the
-markdown table is printed (bench/README.md's "Eval (issue 12)" quotes it by hand).
+markdown table is printed (bench/README.md's "Evaluation at 1e7 trajectories" quotes it by hand).
 """
 
 from __future__ import annotations

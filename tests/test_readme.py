@@ -156,6 +156,8 @@ PLACEHOLDERS: dict[str, str] = {
     "corpus.jsonl": "fastuq.synth.self_consistency.self_consistency_corpus(300) as JSON Lines",
     "logs/*.json": "Du et al.'s test logs with answers (tests/data/du_gsm, du_mmlu, du_debate)",
     "path/to/exp/MATH/CoT": "the DyLAN logs' test slice, tests/data/dylan_math",
+    "tests/data/dylan_math": "a copy of the DyLAN logs' test slice (the tour runs from the "
+                             "repository root)",
     "map.toml": "the README's TOML block",
     "log.jsonl": "4 records in the layout the README's TOML block maps",
 }
@@ -235,6 +237,7 @@ def base_folder(tmp_path_factory) -> Path:
         _split(table, Path("corpus"), ("part-0.parquet", "part-1.parquet"))
         _split(table, Path("shards"), ("a.parquet", "b.parquet"))
         shutil.copytree(DYLAN_LOGS, Path("path/to/exp/MATH/CoT"))
+        shutil.copytree(DYLAN_LOGS, Path("tests/data/dylan_math"))
         _run(["import", "dylan", str(DYLAN_LOGS), "-o", "dylan.parquet"])
         _run(["score", "corpus.parquet", "-o", "scores.parquet", "--method", "all"])
         _run(["eval", "corpus.parquet", "--json", "eval.json"])
@@ -440,6 +443,7 @@ INLINE: dict[str, list[list[str]] | str] = {
         [["replay", "corpus.parquet", "--policy", "fixed,uaad,trace:sauce", "--plot", "r.png"]],
     "fastuq report CORPUS -o report.html": "fastuq report corpus.parquet -o report.html",
     "fastuq --version": [["--version"]],
+    "fastuq score --sample": "fastuq score --sample",  # the tour names the set-up's last step
     "fastuq eval corpus.parquet --scores s.parquet":  # the scores of a skip run
         [["score", "corpus.parquet", "-o", "s.parquet", "--on-error", "skip"],
          ["eval", "corpus.parquet", "--scores", "s.parquet"]],
@@ -461,6 +465,7 @@ MENTIONS: frozenset[str] = frozenset({
     "fastuq gate", "fastuq eval --scores", "fastuq sweep", "fastuq fit", "fastuq eval",
     "fastuq report", "fastuq eval --by protocol", "fastuq sweep --rank auto|host|device",
     "fastuq score --pack auto|host|device", "fastuq score --method NAME",
+    "fastuq COMMAND --help",
 })
 
 
