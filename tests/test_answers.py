@@ -506,6 +506,59 @@ def test_extract_choice_option_lists_and_echoed_questions_are_not_answers(text, 
     assert extract_answer(text, "choice") == expected
 
 
+# echoed lists whose options are longer than 80 characters (trimmed from real responses of
+# LLM-Agora's MMLU/mmlu_result.json, commit fec4297; main read the letter of the last option
+# the short-gap rule left uncut): one option a line, or comma-separated after "?:" / "is:"
+LONG_ECHOED_OPTIONS = [
+    # q81, orca, round 1: main read D
+    ("...when reviewing the financial statements of a nonissuer:\n"
+     "A) Make inquiries of management concerning restrictions on the availability of cash "
+     "balances.\nB) Communicate deficiencies in the design of internal control to the "
+     "entity's audit committee.\nC) Examine trend analysis to determine the appropriateness "
+     "of the CPA's assessment of detection risk.\nD) Evaluate management's plans for dealing "
+     "with negative trends and financial difficulties.\nThe answer is (X) because the question "
+     "asks for the procedures a CPA usually performs.", None),
+    # q16, llama, round 1, cut off after "C)": main read A (its gap to B) is 86 characters)
+    ("...the strongest argument against enforcement of the certificate agreement?:\n"
+     "A) The widow was unaware of the certificate agreement until after the employee died.,\n"
+     "B) There was no privity of contract between the widow and the hotel.,\nC) The widow",
+     None),
+    # q76, llama, round 1: short options, but the one before D) is 89 characters: main read D
+    ("...attention should be given to the following needs:: A) physical and pharmacological "
+     "needs only., B) physical and psychological needs only., C) physical, psychological, and "
+     "pharmacological needs followed by regular reassessment., D) none of the above, as the "
+     "main priority is to limit drug side effects. Explain your answer.", None),
+    # q87, llama, round 1: "is: A) ..., B) ..., C) ..., D) ...": main read D
+    ("Bartering as a form of payment for psychological services is: A) allowable only if it "
+     "is not clinically contraindicated and the relationship is not exploitative, B) not "
+     "allowable under any circumstance, C) allowable only if the dollar value of the "
+     "psychological service and of the payment service or goods are established in advance, "
+     "D) allowable only if the psychologist feels a client would be denied services",
+     None),
+    # q47, orca, round 1: a list from the first line, then prose without a letter: main read D
+    ("\nA) Yes, robbery is the taking of property from another's person by intimidation "
+     "or force.\nB) No, this was not robbery because there was no intimidation, and indeed "
+     "no force, against an unconscious victim.\nC) Yes, robbery does not require that the "
+     "victim be subdued by force or be placed in fear.\nD) No, this was not robbery because "
+     "it occurred in a private home and not in a business establishment or on the street.\n"
+     "The man can be convicted of robbery because he took the purse.", None),
+    # a real stated answer stays: the long-gap rule needs the first marker to start an item
+    ("The answer is (C) because the question asks for the procedures a CPA usually performs "
+     "in that context, as stated.\nD) is wrong: it is an audit step.", "C"),
+    ("(X) C) James-Lange theory", "C"),
+    ("The answer is (C) James-Lange theory", "C"),
+    # a long list, then the answer
+    ("Which statement holds?:\nA) Make inquiries of management concerning restrictions on "
+     "the availability of cash balances.\nB) Communicate deficiencies in the design of "
+     "internal control to the entity's audit committee.\nThe answer is (B).", "B"),
+]
+
+
+@pytest.mark.parametrize("text,expected", LONG_ECHOED_OPTIONS)
+def test_extract_choice_long_echoed_option_lists_are_not_answers(text, expected):
+    assert extract_answer(text, "choice") == expected
+
+
 def test_extract_final_choice_skips_option_lists_without_a_kind():
     # rule 3 (the last "(X)") under kind=None: an echoed list is not a choice
     assert extract_answer("Which is a mammal? (A) shark (B) whale (C) trout") is None

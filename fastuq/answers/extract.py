@@ -134,6 +134,10 @@ _OPTION_GAP = re.compile(r"[^\n]{0,80}?(?:[,;]\s*|\n\s*|\s(?:and|or)\s+|[,;]\s*(
 #: A gap within a list whose options are separated by spaces alone (``(A) shark (B) whale``):
 #: no sentence ends in it.
 _OPTION_SPACE_GAP = re.compile(r"[^\n.!?]{0,80}")
+#: A gap of any length between two options that each start a line or follow a ``,`` or ``:``
+#: (an echoed list of long options, one a line or comma-separated): the rest of one line,
+#: ending with a line break or a comma.
+_LONG_OPTION_GAP = re.compile(r"[^\n]*?(?:,[ \t]*\n?|\n)[ \t]*")
 #: Letters listed as options: "(options A, B, and C)", "choices A or B", "A, B, C and D".
 _LETTER_LIST = re.compile(
     r"\b(?:options?|choices?|answers?)\s+\(?[A-J]\)?(?:\s*(?:,\s*(?:(?:and|or)\s+)?|\s(?:and|or)\s+)"
@@ -283,13 +287,23 @@ def _last_number(text: str) -> str | None:
 # --- kind="choice" -----------------------------------------------------------------------------
 
 
+def _starts_item(text: str, start: int) -> bool:
+    """Whether the option marker at ``start`` begins a list item: it starts the text or a
+    line, or follows a ``,`` or ``:`` (spaces between allowed)."""
+    before = text[max(0, start - 200):start].rstrip(" \t")
+    return (not before and start <= 200) or before[-1:] in ("\n", ",", ":")
+
+
 def strip_option_lists(text: str) -> str:
     """``text`` without its option lists, which name every choice and state none (an echoed
     question, "A) 1, B) i, C) 32, D) 32i do not match", "(options A, B, and C)").
 
     A list is a run of option markers ``A)`` / ``(A)`` with consecutive letters, each
     separated from the next by a short stretch of one line ending with a comma, semicolon,
-    line break, "and" or "or" (two or more markers), or by anything but a sentence end when
+    line break, "and" or "or" (two or more markers), by the rest of a line of any length
+    ending with a line break or a comma when the marker before it starts the text or a line
+    or follows a ``,`` or ``:`` (long options echoed one a line, "?:\nA) ...\nB) ..." or
+    "is: A) ..., B) ..."), or by anything but a sentence end when
     the run holds three or more ("(A) shark (B) whale (C) trout"); or letters listed after
     "option(s)", "choice(s)" or "answer(s)", or three or more listed with "and" / "or". Each
     is replaced by a space."""
@@ -300,7 +314,8 @@ def strip_option_lists(text: str) -> str:
         j, separated = i, True
         while j + 1 < len(marks) and ord(marks[j + 1][2]) == ord(marks[j][2]) + 1:
             gap = text[marks[j][1]:marks[j + 1][0]]
-            if _OPTION_GAP.fullmatch(gap) is None:
+            if _OPTION_GAP.fullmatch(gap) is None and not (
+                    _LONG_OPTION_GAP.fullmatch(gap) and _starts_item(text, marks[j][0])):
                 if _OPTION_SPACE_GAP.fullmatch(gap) is None:
                     break
                 separated = False
