@@ -268,10 +268,64 @@ def test_agora_results():
     assert r["texts"][1][1] is None and r["texts"][2][2] is None
     assert r["agreement"] == [2 / 3, 1 / 3, 1 / 3]
     assert (r["final_answer"], r["correct"], r["flags"]) == ("8", False, ["ragged_rounds"])
-    r = rows["mmlu_result_cot:0"]  # a letter gold: letters only
-    assert r["answers"] == [["C", "B", "A"], ["C", "C", "A"], ["C", "C", "C"]]
-    assert r["agreement"] == [1 / 3, 2 / 3, 1.0]
-    assert (r["final_answer"], r["reference"], r["correct"]) == ("C", "C", True)
+    # a letter gold: letters only. MMLU/mmlu_inference.py writes [round-1 response, round-2
+    # PROMPT, round-2 response] per model: the prompts (template + summary + assistant tag)
+    # are dropped, so two rounds remain, read from the first and third entries
+    r = rows["mmlu_result_cot:0"]
+    assert r["answers"] == [["C", "B", "A"], ["C", "C", "C"]]
+    assert r["texts"][1] == ["The answer is (C).", "The answer is (C).",
+                             "Jupiter, the gas giant: (C)"]
+    assert r["agreement"] == [1 / 3, 1.0]
+    assert (r["final_answer"], r["reference"], r["correct"], r["flags"]) == \
+        ("C", "C", True, [])
+
+
+def _agora_prompt(tag: str) -> str:
+    return ("SYSTEM: be helpful.\nUSER: ['Here is a summary of responses from other agents: "
+            f"all say (C).']\n{tag}")
+
+
+def test_agora_mmlu_prompts_are_not_rounds(tmp_path):
+    # three agents, [response, prompt, response] each, with three of the templates' tags
+    # (trailing whitespace as the endpoints leave it): two rounds, the prompts dropped
+    rec = {"question": "Q?: A) x, B) y, C) z, D) w", "answer": "C", "agent_response": {
+        "llama": ["I think (A)", _agora_prompt("ASSISTANT: "), "Now (C)"],
+        "orca": ["(B)", _agora_prompt("\n### Response:\n"), "(C)"],
+        "koala": ["(C)", _agora_prompt("GPT:\n"), "(D)"]}}
+    path = _write(tmp_path / "mmlu_result.json", json.dumps([rec]))
+    r = import_agora(path).to_pylist()[0]
+    assert r["answers"] == [["A", "B", "C"], ["C", "C", "D"]]
+    assert r["texts"] == [["I think (A)", "(B)", "(C)"], ["Now (C)", "(C)", "(D)"]]
+    assert (r["final_answer"], r["correct"]) == ("C", True)
+    # GSM8K/Math shape: three responses (a summary echoed without an assistant tag at its
+    # end is a response): three rounds
+    gsm = {"question": "Q?", "answer": "#### 4", "agent_response": {
+        "m1": ["\\boxed{4}", "4\nUSER: ['Here is a summary of responses from other agents: 4']",
+               "\\boxed{4}"],
+        "m2": ["\\boxed{3}", "\\boxed{4}", "\\boxed{4}"]}}
+    path = _write(tmp_path / "gsm_result.json", json.dumps([gsm]))
+    assert import_agora(path).to_pylist()[0]["answers"] == \
+        [["4", "3"], ["4", "4"], ["4", "4"]]
+
+
+@pytest.mark.parametrize("lists,where", [
+    # one model's middle entry is a response, the others' prompts
+    ({"a": ["(A)", "P", "(C)"], "b": ["(B)", "(B)", "(C)"]}, r"agent_response\['b'\]\[1\] is "
+     r"not a prompt"),
+    # a prompt as the last entry
+    ({"a": ["(A)", "(B)", "P"], "b": ["(B)", "(B)", "(C)"]}, r"agent_response\['a'\]\[2\] is "
+     r"a prompt"),
+    # prompts in the middle, but a list of four entries
+    ({"a": ["(A)", "P", "(C)", "(C)"], "b": ["(B)", "P", "(C)"]}, r"agent_response\['a'\] "
+     r"has 4 entries"),
+])
+def test_agora_misplaced_prompts_raise(tmp_path, lists, where):
+    lists = {m: [_agora_prompt("ASSISTANT: ") if t == "P" else t for t in ts]
+             for m, ts in lists.items()}
+    rec = {"question": "Q?", "answer": "C", "agent_response": lists}
+    path = _write(tmp_path / "mmlu_result.json", json.dumps([{**rec}, rec]))
+    with pytest.raises(ValueError, match=r"mmlu_result\.json: record 0 \('Q\?'\): " + where):
+        import_agora(path)
 
 
 def test_agora_bad_input(tmp_path):
@@ -844,6 +898,8 @@ def test_agora_mmlu_echoed_option_lists_give_no_letter():
     # question or an option list state no letter (main read B, D and C from the lists, so the
     # second question's last round tied C against B and the final answer was C, wrong)
     rows = _rows(import_agora(DATA / "agora_echo"))
+    # (each model's middle entry is the round-2 prompt, which repeats the question's option
+    # list: not a round)
     r = rows["mmlu_result:0"]
     assert r["reference"] == "C"
     assert r["answers"] == [["C", None, "C"], [None, "C", "C"]]

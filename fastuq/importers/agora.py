@@ -10,18 +10,32 @@ answer against ``answer``).
 File format: one JSON list, one object per question:
 
 * ``question_id``: its position in the run; ``question``: the prompt text;
-* ``agent_response``: ``{model name: [round-0 response, round-1 response, ...]}``, one entry
-  per agent (so two agents of one model share a key: the file keeps only one of them);
+* ``agent_response``: ``{model name: [entries]}``, one list per agent (so two agents of one
+  model share a key: the file keeps only one of them). What the entries are depends on the
+  task's writer. ``GSM8K/gsm_inference.py`` and ``Math/math_inference.py`` store the agent's
+  responses at the context positions 1, 3 and -1: three responses (rounds 1, 2 and the
+  last). ``MMLU/mmlu_inference.py`` stores positions 1, 2 and 3 of a context that alternates
+  response and next prompt, i.e. [round-1 response, round-2 PROMPT, round-2 response], for
+  any number of rounds; the prompt is the model's template around the list of summaries
+  ("Here is a summary of responses from other agents: ...") and ends with the template's
+  assistant tag (``ASSISTANT:``, ``### Response:``, ...), and upstream's own
+  ``mmlu_performance.json`` scores that position as 0.0;
 * ``summarization``: the summaries shown to the agents between rounds (not an agent: kept
   out of the canonical nodes);
 * ``answer``: the gold, a GSM8K solution ending ``#### N``, an MMLU letter, or the
   arithmetic result (a number or a string).
 
 Canonical record: protocol ``"debate"`` (source ``"agora"``), ``n_agents`` = the number of
-models, slot ``k`` =
-the ``k``-th key of ``agent_response``, round ``t`` = each model's ``t``-th response (a model
-with fewer responses leaves null nodes and flags ``ragged_rounds``; a null response is a null
-node). Answers are extracted from the texts as for Du et al.'s logs, guided by the gold
+models, slot ``k`` = the ``k``-th key of ``agent_response``. An entry is a prompt when it
+contains ``Here is a summary of responses from other agents`` and ends (after whitespace)
+with one of LLM-Agora's template assistant tags (:data:`PROMPT_TAGS`). A record whose every
+list has three entries and whose middle entries are all prompts is in the MMLU writer's
+shape: its rounds are entries 0 and 2, the prompts are dropped. A record with no prompt
+entry is in the GSM8K/Math shape: round ``t`` = each model's ``t``-th entry (a model with
+fewer entries leaves null nodes and flags ``ragged_rounds``; a null entry is a null node).
+Any other place of a prompt (some agents' middle entries only, a prompt in a list of another
+length or at another position) raises a ``ValueError`` naming the record, the model and the
+entry. Answers are extracted from the texts as for Du et al.'s logs, guided by the gold
 (``reference`` is read by :func:`fastuq.importers.du.parse_gold`: the number after ``####``,
 a letter, a number); the final answer is the majority of the last round, ties to the first
 model (as ``most_frequent`` keeps the first of equally frequent answers). ``trajectory_id``
@@ -37,7 +51,19 @@ from pathlib import Path
 from fastuq.importers.common import ParsedRecord, load_json_list, parse_each, record_error
 from fastuq.importers.du import parse_gold
 
-__all__ = ["parse_agora_file"]
+__all__ = ["PROMPT_TAGS", "parse_agora_file"]
+
+#: The assistant tags that end LLM-Agora's prompt templates (``src/prompt_template.json``:
+#: llama, wizard and vicuna, alpaca and orca, llama-chat, koala, falcon, baize, phi).
+PROMPT_TAGS: tuple[str, ...] = ("ASSISTANT:", "### Response:", "[/INST]", "GPT:",
+                                ">>ANSWER<<", "[|AI|]", "Assistant:")
+_SUMMARY_HEAD = "Here is a summary of responses from other agents"
+
+
+def _is_prompt(text: object) -> bool:
+    """Whether an ``agent_response`` entry is a next-round prompt, not a response."""
+    return (isinstance(text, str) and _SUMMARY_HEAD in text
+            and text.rstrip().endswith(PROMPT_TAGS))
 
 
 def _parse_record(path: Path, name: str, index: int, rec: object) -> ParsedRecord:
@@ -63,6 +89,22 @@ def _parse_record(path: Path, name: str, index: int, rec: object) -> ParsedRecor
             if text is not None and not isinstance(text, str):
                 raise fail(f"agent_response[{model!r}][{t}] must be a string or null")
         per_agent.append(texts)
+    models = list(responses)
+    prompts = [(m, t) for m, r in zip(models, per_agent, strict=True)
+               for t, text in enumerate(r) if _is_prompt(text)]
+    if prompts:
+        mmlu_shape = all(len(r) == 3 for r in per_agent) and \
+            prompts == [(m, 1) for m in models]
+        if not mmlu_shape:
+            odd = [f"agent_response[{m!r}][{t}] is a prompt" for m, t in prompts if t != 1]
+            odd += [f"agent_response[{m!r}] has {len(r)} entries" if len(r) != 3 else
+                    f"agent_response[{m!r}][1] is not a prompt"
+                    for m, r in zip(models, per_agent, strict=True)
+                    if len(r) != 3 or (m, 1) not in prompts]
+            raise fail(f"{odd[0]}: a record may hold next-round prompts (summary + "
+                       "assistant tag) only as the middle of every model's three entries, "
+                       "as MMLU/mmlu_inference.py writes them")
+        per_agent = [[r[0], r[2]] for r in per_agent]
     n_rounds = max(len(r) for r in per_agent)
     texts = [[r[t] if t < len(r) else None for r in per_agent] for t in range(n_rounds)]
     flags = ["ragged_rounds"] if any(len(r) < n_rounds for r in per_agent) else []
