@@ -18,8 +18,9 @@ File format: one JSON list, one object per question:
   response and next prompt, i.e. [round-1 response, round-2 PROMPT, round-2 response], for
   any number of rounds; the prompt is the model's template around the list of summaries
   ("Here is a summary of responses from other agents: ...") and ends with the template's
-  assistant tag (``ASSISTANT:``, ``### Response:``, ...), and upstream's own
-  ``mmlu_performance.json`` scores that position as 0.0;
+  assistant tag (``ASSISTANT:``, ``### Response:``, ...); upstream's own
+  ``MMLU/mmlu_performance.json`` (commit fec4297) scores the three positions 0.48, 0.0 and
+  0.54, the prompt 0.0;
 * ``summarization``: the summaries shown to the agents between rounds (not an agent: kept
   out of the canonical nodes);
 * ``answer``: the gold, a GSM8K solution ending ``#### N``, an MMLU letter, or the
