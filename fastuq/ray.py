@@ -850,7 +850,7 @@ def score_dataset(
         repeats = _find_repeats(ids, n_rows, files)
         stages["ids"] = time.perf_counter() - start - sum(stages.values())
         if len(repeats) and not skip:
-            from fastuq.engine.errors import RecordError
+            from fastuq.errors import RecordError
 
             raise RecordError(repeats.first_error)
         data = source if foreign else _read(
@@ -989,7 +989,7 @@ def score_to_folder(
     ``skipped_path`` (default: ``OUTPUT.skipped``, beside it). Each folder is written to a
     temporary sibling and renamed into place when complete: a failed run leaves neither.
     A run that skips every record, or more than ``max_skip_fraction`` of them, raises
-    :class:`~fastuq.engine.errors.TooManySkipped` after writing the skipped folder, and
+    :class:`~fastuq.errors.TooManySkipped` after writing the skipped folder, and
     writes no scores. The workers write the files, so on a cluster both folders must be on
     a file system every node mounts at the same path. ``progress``: Ray Data's progress bars
     on or off (default: Ray's setting). ``kwargs``: those of :func:`score_dataset`.
@@ -998,8 +998,8 @@ def score_to_folder(
       OutputError: (a ValueError, before any work) an output folder is, holds or lies in an
         input, or exists holding anything but Parquet files.
     """
-    from fastuq.engine.errors import TooManySkipped
     from fastuq.engine.scoring import check_skip_options
+    from fastuq.errors import TooManySkipped
 
     start = time.perf_counter()
     check_skip_options(on_error, skipped_path, max_skip_fraction)

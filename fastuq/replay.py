@@ -615,8 +615,8 @@ def _with_reference(batch, on_error: str, skipped: list) -> np.ndarray | None:
     ``on_error="skip"`` the record is appended to ``skipped``."""
     import pyarrow.compute as pc
 
-    from fastuq.engine.errors import RecordError
     from fastuq.engine.scoring import Skipped
+    from fastuq.errors import RecordError
 
     if "reference" not in batch.table.column_names:
         return None  # round_outcomes names the missing column

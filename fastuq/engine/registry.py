@@ -37,6 +37,9 @@ from typing import Any
 
 import numpy as np
 
+from fastuq.engine.inputs import CONFIDENCES, INPUTS
+from fastuq.errors import RecordError
+
 __all__ = [
     "ESTIMATORS",
     "Estimator",
@@ -290,8 +293,6 @@ class Estimator:
             protocol -> value (protocols it does not name keep their preset).
           ids: trajectory names for error messages.
         """
-        from fastuq.engine.errors import RecordError
-
         kp = self.kernel_params
         if not kp:
             return {}
@@ -353,8 +354,6 @@ def _encode(values, n: int) -> tuple[list[str], np.ndarray]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from fastuq.engine.errors import RecordError
-
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
     if not isinstance(values, pa.Array):
@@ -389,7 +388,6 @@ SAUCE_PARAMS = (
     Param("sigma2_0", low=0.0, low_open=True, doc="prior variance"),
     Param("mu_0", doc="prior mean"),
 )
-CONFIDENCES = ("msp", "mean_logprob", "neg_entropy")
 CONFIDENCE = Param("confidence", default="msp", choices=CONFIDENCES, kernel=False,
                    doc="node confidence: seq_logprob, per-token mean, or minus node entropy")
 
@@ -575,8 +573,6 @@ def register(estimator: Estimator, *, replace: bool = False) -> Estimator:
     (a parameter name shared with another estimator must mean the same thing: the same
     bounds and choices). Returns the estimator.
     """
-    from fastuq.engine.inputs import INPUTS
-
     if not isinstance(estimator, Estimator):
         raise TypeError(f"register takes an Estimator, got {type(estimator).__name__}")
     name = estimator.name

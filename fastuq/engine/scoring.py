@@ -14,10 +14,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fastuq.engine.batch import Batch
-from fastuq.engine.errors import RecordError, TooManySkipped
 from fastuq.engine.inputs import INPUTS, columns_for
 from fastuq.engine.registry import ESTIMATORS, check_params, get_estimator
 from fastuq.engine.runner import run_estimator
+from fastuq.errors import RecordError, TooManySkipped
 from fastuq.io.arrow_lists import combined
 from fastuq.io.writers import (
     AtomicParquetWriter,
@@ -1078,7 +1078,7 @@ def _score_file(
         ``trajectory_id`` and ``reason``, to ``skipped_path`` (default:
         ``OUTPUT.skipped.jsonl``), and counted in the report. A run that skips every
         record, or more than ``max_skip_fraction`` of them, raises
-        :class:`~fastuq.engine.errors.TooManySkipped` (a ValueError) after writing the skip list,
+        :class:`~fastuq.errors.TooManySkipped` (a ValueError) after writing the skip list,
         and writes no scores.
       math, processes: see :func:`iter_scores`.
       progress: called as ``progress(rows_done, rows_total_or_None)`` after each chunk.
