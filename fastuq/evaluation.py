@@ -42,6 +42,9 @@ from fastuq.metrics.ece import bin_edges, bin_index, ece_matrix
 
 __all__ = [
     "EXPECTABLE",
+    "METRIC_HEADERS",
+    "agg_figure",
+    "format_cell",
     "Comparison",
     "ExpectationCheck",
     "accuracy_coverage",
@@ -71,7 +74,8 @@ EXPECTABLE = (*METRICS, "accuracy")
 #: Columns of a scores table that are not scores (:func:`fastuq.score` adds some of them).
 _NOT_SCORES = ("trajectory_id", "question_id", "protocol", "correct")
 
-_HEADERS = {
+#: The column titles of an evaluation table (:func:`format_table`, the HTML report).
+METRIC_HEADERS = {
     "estimator": "estimator",
     "auroc": "AUROC",
     "auarc": "AUARC",
@@ -187,7 +191,9 @@ def evaluation_tables(
     return _frame(pooled, metrics), {k: _frame(v, metrics) for k, v in per_group.items()}
 
 
-def _cell(value: Any, column: str, percent: bool, thousands: bool) -> str:
+def format_cell(value: Any, column: str, percent: bool, thousands: bool) -> str:
+    """One cell of an evaluation table as ``fastuq eval`` prints it: a metric in percent
+    with 2 decimals (or 4 decimals), ``n`` with thousands separators when asked, ``nan``."""
     if column == "estimator":
         return str(value)
     if column == "n":
@@ -206,9 +212,9 @@ def format_table(df: pl.DataFrame, *, markdown: bool = False, percent: bool = Tr
     ``markdown=True``: a GitHub markdown table (numbers right-aligned). No trailing newline.
     """
     cols = list(df.columns)
-    header = [_HEADERS.get(c, c) for c in cols]
+    header = [METRIC_HEADERS.get(c, c) for c in cols]
     rows = [
-        [_cell(v, c, percent, thousands=not markdown) for c, v in zip(cols, row, strict=True)]
+        [format_cell(v, c, percent, thousands=not markdown) for c, v in zip(cols, row, strict=True)]
         for row in df.iter_rows()
     ]
     if markdown:
@@ -626,7 +632,7 @@ def expected_metrics(expected: Mapping[str, Any]) -> tuple[str, ...]:
 _PLOT_HINT = 'plots need matplotlib; install it with: pip install "fastuq[plot]"'
 
 
-def _figure(width: float, height: float):
+def agg_figure(width: float, height: float):
     """A matplotlib Figure on an Agg canvas (no pyplot, no global backend change)."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -720,7 +726,7 @@ def plot_reliability(
     ece_value = float(ece_matrix(np.asarray(_labels_array(labels)), p[:, None], n_bins)[0])
     width = 1.0 / n_bins
     centers = b["edges"][:-1] + width / 2
-    fig = _figure(5.0, 6.0)
+    fig = agg_figure(5.0, 6.0)
     grid = fig.add_gridspec(2, 1, height_ratios=(3, 1), hspace=0.08)
     ax = fig.add_subplot(grid[0])
     hist = fig.add_subplot(grid[1], sharex=ax)
@@ -770,7 +776,7 @@ def plot_risk_coverage(
     n = y.shape[0]
     if n == 0:
         raise ValueError("no rows to plot")
-    fig = _figure(6.0, 4.5)
+    fig = agg_figure(6.0, 4.5)
     ax = fig.add_subplot()
     keep = _thin(n)
     k = np.arange(1, n + 1)
@@ -818,7 +824,7 @@ def write_plots(
     """
     from fastuq.io.writers import atomic_write_files
 
-    _figure(1, 1)  # fail early, before computing anything, when matplotlib is missing
+    agg_figure(1, 1)  # fail early, before computing anything, when matplotlib is missing
     y = _labels_array(labels)
     cols = _score_columns(scores)
     if isinstance(cols, pl.DataFrame | pa.Table):

@@ -719,7 +719,7 @@ def plot_replay(result: ReplayResult, path: str | os.PathLike, *, title: str = "
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from fastuq.io.writers import _discard, _publish, _temporary
+    from fastuq.io.writers import atomic_write_with
 
     t = result.table.to_pydict()
     fig, ax = plt.subplots(figsize=(9.5, 4.8))
@@ -746,16 +746,7 @@ def plot_replay(result: ReplayResult, path: str | os.PathLike, *, title: str = "
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
-    from pathlib import Path
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temporary(path)
     try:
-        fig.savefig(tmp, format="png", dpi=120)
-    except BaseException:
-        _discard(tmp)
-        raise
+        atomic_write_with(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
     finally:
         plt.close(fig)
-    _publish(tmp, path)

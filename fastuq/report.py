@@ -411,9 +411,9 @@ def build_report(
     from fastuq.evaluation import evaluation_tables
 
     if plots:
-        from fastuq.evaluation import _figure
+        from fastuq.evaluation import agg_figure
 
-        _figure(1, 1)  # ImportError with the install hint before any work
+        agg_figure(1, 1)  # ImportError with the install hint before any work
     shown, source_text = _display_name(corpus, name)
     params = dict(params or {})
     if protocol_params is not None:
@@ -570,7 +570,7 @@ def _percent(value: Any) -> str:
 def _metrics_table(df: pl.DataFrame) -> str:
     """An evaluation table as HTML: the cells ``fastuq eval`` prints (percent, 2 decimals;
     n with thousands separators), the best value of each metric column in bold."""
-    from fastuq.evaluation import _HEADERS, _cell
+    from fastuq.evaluation import METRIC_HEADERS, format_cell
 
     cols = list(df.columns)
     best: dict[str, float] = {}
@@ -579,12 +579,12 @@ def _metrics_table(df: pl.DataFrame) -> str:
             values = [v for v in df[c].to_list() if v is not None and not math.isnan(v)]
             if values:
                 best[c] = min(values) if c in LOWER_IS_BETTER else max(values)
-    head = "".join(f"<th>{_e(_HEADERS.get(c, c))}</th>" for c in cols)
+    head = "".join(f"<th>{_e(METRIC_HEADERS.get(c, c))}</th>" for c in cols)
     body = []
     for row in df.iter_rows(named=True):
         cells = []
         for c in cols:
-            text = _cell(row[c], c, percent=True, thousands=True)
+            text = format_cell(row[c], c, percent=True, thousands=True)
             if c == "estimator":
                 cells.append(f"<td>{_e(text)}</td>")
                 continue

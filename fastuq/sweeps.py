@@ -267,7 +267,7 @@ def load_sauce_data(
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64):
         raise ValueError(f"dtype must be float32 or float64, got {dtype}")
-    from fastuq.engine.scoring import _CHECKED_NODE_COLUMNS, check_reading_options
+    from fastuq.engine.scoring import CHECKED_NODE_COLUMNS, check_reading_options
 
     check_reading_options(on_error, skipped, observation_noise, check)
     if isinstance(data, SauceData):
@@ -288,7 +288,7 @@ def load_sauce_data(
             raise ValueError("with a corpus file, protocol must be one name (or None)")
         total = count_rows(data) if progress is not None else None
         parts = []
-        checked = list(_CHECKED_NODE_COLUMNS) + ["n_agents"] if check == "corpus" else []
+        checked = list(CHECKED_NODE_COLUMNS) + ["n_agents"] if check == "corpus" else []
         for chunk in iter_chunks(data, columns=[], chunk_rows=chunk_rows, optional_columns=[
                 "agreement", "token_entropy", "protocol", "correct", *checked]):
             parts.append(_from_table(chunk.table, protocol, dtype, chunk.source,

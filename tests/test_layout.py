@@ -227,7 +227,6 @@ def _private(name: str) -> bool:
 PRIVATE_ALLOWED: dict[tuple[str, str, str], str] = {}
 
 
-@pytest.mark.xfail(strict=True, reason="the private seams get public names in the next change")
 def test_no_private_names_across_module_families():
     reach_ins = []
     for module, targets in import_edges().items():

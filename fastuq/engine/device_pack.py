@@ -443,7 +443,7 @@ def _agreement_device(batch) -> tuple[DeviceArray, DeviceArray] | None:
             return None
         a, mask = pack_flat(*flat, dtype=batch.dtype, pad=pad)
     else:
-        from fastuq.signals import _n_agents, answer_votes
+        from fastuq.signals import answer_votes, read_n_agents
 
         answers, classes = batch.vote_classes()
         answers = combined(answers)
@@ -453,7 +453,7 @@ def _agreement_device(batch) -> tuple[DeviceArray, DeviceArray] | None:
         vote = answer_votes(pc.list_flatten(per_round))
         codes = np.where(vote & (classes >= 0), classes, -1)
         n_agents = batch.column("n_agents") if batch._present("n_agents") else None
-        team, known = _n_agents(n_agents, batch.n)  # the host's reading of n_agents
+        team, known = read_n_agents(n_agents, batch.n)  # the host's reading of n_agents
         a, mask, flags, _ = agreement_from_codes(codes, slots, rounds, team, known,
                                                  dtype=batch.dtype, pad=pad)
         if flags.any():
