@@ -258,6 +258,7 @@ FASTUQ_ALL = {
     # submodules
     "answers", "cli", "engine", "evaluation", "importers", "io", "kernels", "metrics",
     "selection", "signals", "sweeps", "fit", "synth", "gate", "replay", "report",
+    "decisions",  # added with the decisions subpackage
 }
 
 #: The public names (``__all__``) of each subpackage and public module, as they stood before
@@ -331,3 +332,85 @@ def test_import_fastuq_imports_no_jax():
     code = ("import sys, fastuq, fastuq.engine, fastuq.io, fastuq.signals\n"
             "assert 'jax' not in sys.modules, 'jax imported'\n")
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+# -- one home per capability -------------------------------------------------------------
+
+#: Packages whose ``__init__`` only re-exports (a docstring, imports, ``__all__`` and at most
+#: the lazy-submodule ``__getattr__``; no definitions, no logic).
+REEXPORT_ONLY = ("fastuq.decisions", "fastuq.evaluation", "fastuq.synth")
+
+#: The thin modules kept so that code written before the move still imports (they only
+#: re-export the capability's new home).
+COMPAT = {"fastuq.gate": "fastuq.decisions", "fastuq.replay": "fastuq.decisions",
+          "fastuq.sweeps": "fastuq.evaluation", "fastuq.fit": "fastuq.evaluation",
+          "fastuq.report": "fastuq.evaluation"}
+
+MAX_LINES = 600
+#: Modules over MAX_LINES that do not say why yet: not split in this change (their own
+#: split is left to a later one). Each must shrink off this list or state its reason.
+NOT_YET_SPLIT = {"fastuq.engine.scoring", "fastuq.ray", "fastuq.kernels.umas",
+                 "fastuq.engine.runtime", "fastuq.engine.registry", "fastuq.answers.check",
+                 "fastuq.kernels.baselines"}
+
+
+def _only_reexports(path: Path) -> list[str]:
+    """The statements of a module that are not a docstring, an import, ``__all__`` or the
+    lazy ``__getattr__ = submodule_getattr(__name__)`` (empty: it only re-exports)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    bad = []
+    for i, node in enumerate(tree.body):
+        if i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
+                node.targets[0], ast.Name) and node.targets[0].id in ("__all__", "__getattr__"):
+            continue
+        bad.append(f"line {node.lineno}: {type(node).__name__}")
+    return bad
+
+
+@pytest.mark.parametrize("package", REEXPORT_ONLY)
+def test_capability_packages_only_reexport(package):
+    assert package in MODULES and MODULES[package].name == "__init__.py", package
+    assert _only_reexports(MODULES[package]) == []
+
+
+@pytest.mark.parametrize("module", sorted(COMPAT))
+def test_old_module_paths_only_reexport_the_new_home(module):
+    import importlib
+
+    assert _only_reexports(MODULES[module]) == []
+    targets = set(import_edges()[module])
+    assert targets and all(t.startswith(COMPAT[module] + ".") for t in targets), targets
+    # the names are the new home's objects, not copies
+    mod = importlib.import_module(module)
+    for name in mod.__all__:
+        obj = getattr(mod, name)
+        home = getattr(obj, "__module__", None)
+        if home is not None and home.startswith("fastuq."):
+            assert home.startswith(COMPAT[module]) or name == "stratified_folds", (name, home)
+
+
+def test_no_module_of_the_package_imports_an_old_path():
+    # inside the package, everything imports a capability from its home
+    edges = import_edges()
+    users = [f"{m} -> {t}" for m, targets in edges.items() for t in targets
+             if t in COMPAT and m not in COMPAT]
+    assert not users, users
+
+
+def test_long_modules_say_why():
+    too_long = {}
+    for module, path in MODULES.items():
+        text = path.read_text(encoding="utf-8")
+        n = text.count("\n")
+        if n > MAX_LINES:
+            doc = ast.get_docstring(ast.parse(text)) or ""
+            if "over 600 lines" not in doc and module not in NOT_YET_SPLIT:
+                too_long[module] = n
+    assert not too_long, f"modules over {MAX_LINES} lines without a reason: {too_long}"
+    # the list of modules not split yet only shrinks: each entry is still over the limit
+    for module in NOT_YET_SPLIT:
+        assert MODULES[module].read_text(encoding="utf-8").count("\n") > MAX_LINES, module
