@@ -307,6 +307,12 @@ PUBLIC = {
         "write_plots"},
     "fastuq.selection": {"best_of_k", "select_best"},
     "fastuq.errors": {"RecordError", "TooManySkipped"},
+    # the capability subpackages (added with them)
+    "fastuq.decisions": {
+        "POLICIES", "GateCalibration", "Outcomes", "Policy", "ReplayResult",
+        "calibrate_threshold", "clopper_pearson_upper", "consistency_scores",
+        "corpus_consistency", "grid_sums", "pareto_front", "plot_replay", "replay",
+        "round_answer_slots", "round_outcomes", "stop_rounds", "tie_counts", "uaad_grid_sums"},
     "fastuq.engine.errors": {"RecordError", "TooManySkipped"},
 }
 

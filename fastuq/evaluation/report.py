@@ -23,25 +23,31 @@ Plots are PNG embedded as ``data:`` URIs; the page loads nothing from anywhere (
 fonts or style sheets from outside), so it can be mailed or archived as one file. Writing is
 atomic: a failed run leaves no file behind.
 
-This module builds the :class:`Report` (and writes it); :mod:`fastuq.evaluation.report_html`
+This module builds the :class:`Report` and writes it; :mod:`fastuq.evaluation.report_html`
+holds the report's data (:class:`Report`, :class:`Figure`, :class:`SweepSection`) and
 renders it as the page.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import math
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 
-from fastuq.evaluation.report_html import _SWEEP_METRICS, LOWER_IS_BETTER, render_html
+from fastuq.evaluation.report_html import (
+    _SWEEP_METRICS,
+    LOWER_IS_BETTER,
+    Figure,
+    Report,
+    SweepSection,
+    render_html,
+)
 
 __all__ = ["LOWER_IS_BETTER", "Figure", "Report", "SweepSection", "build_report", "render_html",
            "write_report"]
@@ -50,126 +56,9 @@ __all__ = ["LOWER_IS_BETTER", "Figure", "Report", "SweepSection", "build_report"
 #: The group name of trajectories in a corpus without a ``protocol`` column.
 _NO_PROTOCOL = "(no protocol)"
 
-@dataclass(frozen=True)
-class Figure:
-    """One embedded plot: ``png`` bytes, a ``title`` (heading above it) and a ``caption``
-    (what it shows, for a reader who did not run it)."""
-
-    key: str
-    title: str
-    caption: str
-    png: bytes
-
-
-@dataclass
-class SweepSection:
-    """The SAUCE sweep of a report: the grid table (one row per point, as
-    :func:`fastuq.sweeps.sweep` returns it), the metric plotted and used for selection, the
-    swept parameter names, the best point, the preset metrics (``None`` when a protocol has no
-    preset), the cross-validated selection (a :class:`fastuq.sweeps.CVSummary` or ``None``)
-    and the heatmap."""
-
-    table: pl.DataFrame
-    metric: str
-    names: tuple[str, ...]
-    best: dict[str, float]
-    preset: dict[str, float] | None
-    cv: Any
-    figure: Figure
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: metric, grid values per parameter, best point, presets, CV folds."""
-        cv = None
-        if self.cv is not None:
-            cv = {"metric": self.cv.metric, "mean_heldout": self.cv.mean_heldout,
-                  "mean_preset_heldout": self.cv.mean_preset_heldout,
-                  "chosen": self.cv.chosen, "chosen_metric": self.cv.chosen_metric,
-                  "folds": _clean(self.cv.folds.to_dicts())}
-        return {
-            "metric": self.metric,
-            "grid": {k: sorted(set(self.table[k].to_list())) for k in self.names},
-            "points": self.table.height,
-            "best": _clean(self.best),
-            "preset": _clean(self.preset),
-            "cv": cv,
-        }
-
-
-@dataclass
-class Report:
-    """Everything a report page shows (:func:`build_report`); :meth:`html` renders it.
-
-    corpus: the corpus's display name; source: its path (or a description of the object).
-    summary: one row per protocol and a last row ``all``: ``protocol``, ``trajectories``,
-      ``questions`` (distinct ``question_id``; null without that column), ``accuracy``,
-      ``rounds_mean``, ``rounds_max`` (null without per-round or per-node columns),
-      ``agents_mean`` (initial team size; null when the corpus does not say).
-    methods: the estimators scored, in registry order; left_out: estimator -> why it was not
-      scored (``methods="all"`` only).
-    pooled, by_protocol: :func:`fastuq.evaluation.evaluation_tables` of every trajectory and
-      per protocol (by_protocol empty for a corpus without a ``protocol`` column).
-    figures: group (``"all"`` or a protocol) -> its plots.
-    sweep: the :class:`SweepSection`, when a grid was given.
-    settings: how the corpus was scored (dtype, backend, observation noise, parameters).
-    """
-
-    corpus: str
-    source: str
-    title: str
-    summary: pl.DataFrame
-    methods: list[str]
-    left_out: dict[str, str]
-    pooled: pl.DataFrame
-    by_protocol: dict[str, pl.DataFrame]
-    figures: dict[str, list[Figure]]
-    sweep: SweepSection | None = None
-    settings: dict[str, Any] = field(default_factory=dict)
-    created: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        """Every number of the page, fractions in full precision, NaN as ``None``: the keys
-        ``n``, ``accuracy``, ``methods``, ``estimators`` and ``by_protocol`` as ``fastuq eval
-        --json`` writes them, plus ``summary``, ``left_out``, ``sweep`` and ``settings``."""
-        from fastuq import __version__
-        from fastuq.evaluation.tables import table_records
-
-        return {
-            "fastuq_version": __version__,
-            "title": self.title,
-            "corpus": self.source,
-            "created": self.created,
-            "units": "fraction",
-            "n": int(self.pooled["n"][0]),
-            "accuracy": float(self.pooled["accuracy"][0]),
-            "methods": self.methods,
-            "left_out": self.left_out,
-            "summary": _clean(self.summary.to_dicts()),
-            "estimators": table_records(self.pooled),
-            "by_protocol": {k: table_records(v) for k, v in self.by_protocol.items()} or None,
-            "figures": {g: [f.key for f in figs] for g, figs in self.figures.items()},
-            "sweep": None if self.sweep is None else self.sweep.to_dict(),
-            "settings": _clean(self.settings),
-        }
-
-    def html(self) -> str:
-        """The page (:func:`render_html`)."""
-        return render_html(self)
-
 
 # ------------------------------------------------------------------------------- building
 
-
-def _clean(value: Any) -> Any:
-    """``value`` with NaN / infinite floats as ``None`` and NumPy scalars as Python ones."""
-    if isinstance(value, Mapping):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def _display_name(source: Any, name: str | None) -> tuple[str, str]:

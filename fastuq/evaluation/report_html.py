@@ -1,7 +1,9 @@
-"""The page of a :class:`~fastuq.evaluation.report.Report`: :func:`render_html` renders it as
-one self-contained HTML page (plots embedded as ``data:`` URIs, every number again as JSON in
-``<script type="application/json" id="fastuq-report-data">``), the metrics table with the
-best value of each column in bold (:data:`LOWER_IS_BETTER` says which way is best).
+"""The report page: what a report holds (:class:`Report`, its :class:`Figure` s and its
+:class:`SweepSection`; :mod:`fastuq.evaluation.report` builds one) and :func:`render_html`,
+which renders it as one self-contained HTML page (plots embedded as ``data:`` URIs, every
+number again as JSON in ``<script type="application/json" id="fastuq-report-data">``), the
+metrics table with the best value of each column in bold (:data:`LOWER_IS_BETTER` says
+which way is best).
 """
 
 from __future__ import annotations
@@ -10,14 +12,14 @@ import base64
 import html
 import json
 import math
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
+import numpy as np
 import polars as pl
 
-if TYPE_CHECKING:  # annotations only: the report module imports this one
-    from fastuq.evaluation.report import Figure, Report
-
-__all__ = ["LOWER_IS_BETTER", "render_html"]
+__all__ = ["LOWER_IS_BETTER", "Figure", "Report", "SweepSection", "render_html"]
 
 
 #: Metrics of the table for which lower is better (the others: higher is better).
@@ -37,6 +39,131 @@ _METRIC_TEXT = {
     "ece": "ECE: expected calibration error of the same probabilities in 15 equal-width bins; "
            "lower is better.",
 }
+
+
+# ------------------------------------------------------------------------ the report's data
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One embedded plot: ``png`` bytes, a ``title`` (heading above it) and a ``caption``
+    (what it shows, for a reader who did not run it)."""
+
+    key: str
+    title: str
+    caption: str
+    png: bytes
+
+
+@dataclass
+class SweepSection:
+    """The SAUCE sweep of a report: the grid table (one row per point, as
+    :func:`fastuq.sweeps.sweep` returns it), the metric plotted and used for selection, the
+    swept parameter names, the best point, the preset metrics (``None`` when a protocol has no
+    preset), the cross-validated selection (a :class:`fastuq.sweeps.CVSummary` or ``None``)
+    and the heatmap."""
+
+    table: pl.DataFrame
+    metric: str
+    names: tuple[str, ...]
+    best: dict[str, float]
+    preset: dict[str, float] | None
+    cv: Any
+    figure: Figure
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: metric, grid values per parameter, best point, presets, CV folds."""
+        cv = None
+        if self.cv is not None:
+            cv = {"metric": self.cv.metric, "mean_heldout": self.cv.mean_heldout,
+                  "mean_preset_heldout": self.cv.mean_preset_heldout,
+                  "chosen": self.cv.chosen, "chosen_metric": self.cv.chosen_metric,
+                  "folds": _clean(self.cv.folds.to_dicts())}
+        return {
+            "metric": self.metric,
+            "grid": {k: sorted(set(self.table[k].to_list())) for k in self.names},
+            "points": self.table.height,
+            "best": _clean(self.best),
+            "preset": _clean(self.preset),
+            "cv": cv,
+        }
+
+
+@dataclass
+class Report:
+    """Everything a report page shows (:func:`build_report`); :meth:`html` renders it.
+
+    corpus: the corpus's display name; source: its path (or a description of the object).
+    summary: one row per protocol and a last row ``all``: ``protocol``, ``trajectories``,
+      ``questions`` (distinct ``question_id``; null without that column), ``accuracy``,
+      ``rounds_mean``, ``rounds_max`` (null without per-round or per-node columns),
+      ``agents_mean`` (initial team size; null when the corpus does not say).
+    methods: the estimators scored, in registry order; left_out: estimator -> why it was not
+      scored (``methods="all"`` only).
+    pooled, by_protocol: :func:`fastuq.evaluation.evaluation_tables` of every trajectory and
+      per protocol (by_protocol empty for a corpus without a ``protocol`` column).
+    figures: group (``"all"`` or a protocol) -> its plots.
+    sweep: the :class:`SweepSection`, when a grid was given.
+    settings: how the corpus was scored (dtype, backend, observation noise, parameters).
+    """
+
+    corpus: str
+    source: str
+    title: str
+    summary: pl.DataFrame
+    methods: list[str]
+    left_out: dict[str, str]
+    pooled: pl.DataFrame
+    by_protocol: dict[str, pl.DataFrame]
+    figures: dict[str, list[Figure]]
+    sweep: SweepSection | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    created: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every number of the page, fractions in full precision, NaN as ``None``: the keys
+        ``n``, ``accuracy``, ``methods``, ``estimators`` and ``by_protocol`` as ``fastuq eval
+        --json`` writes them, plus ``summary``, ``left_out``, ``sweep`` and ``settings``."""
+        from fastuq import __version__
+        from fastuq.evaluation.tables import table_records
+
+        return {
+            "fastuq_version": __version__,
+            "title": self.title,
+            "corpus": self.source,
+            "created": self.created,
+            "units": "fraction",
+            "n": int(self.pooled["n"][0]),
+            "accuracy": float(self.pooled["accuracy"][0]),
+            "methods": self.methods,
+            "left_out": self.left_out,
+            "summary": _clean(self.summary.to_dicts()),
+            "estimators": table_records(self.pooled),
+            "by_protocol": {k: table_records(v) for k, v in self.by_protocol.items()} or None,
+            "figures": {g: [f.key for f in figs] for g, figs in self.figures.items()},
+            "sweep": None if self.sweep is None else self.sweep.to_dict(),
+            "settings": _clean(self.settings),
+        }
+
+    def html(self) -> str:
+        """The page (:func:`render_html`)."""
+        return render_html(self)
+
+
+def _clean(value: Any) -> Any:
+    """``value`` with NaN / infinite floats as ``None`` and NumPy scalars as Python ones."""
+    if isinstance(value, Mapping):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+# ------------------------------------------------------------------------------- rendering
 
 _CSS = """
 :root { color-scheme: light; }
