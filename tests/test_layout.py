@@ -223,11 +223,12 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
 
-#: Cross-family imports of private names that remain, each with its reason.
+#: Imports of another module's private names that remain, each with its reason (none).
 PRIVATE_ALLOWED: dict[tuple[str, str, str], str] = {}
 
 
 def test_no_private_names_across_module_families():
+    # another family's private name: a missing public interface
     reach_ins = []
     for module, targets in import_edges().items():
         for target, uses in targets.items():
@@ -238,6 +239,15 @@ def test_no_private_names_across_module_families():
                     if _private(name) and (module, target, name) not in PRIVATE_ALLOWED:
                         reach_ins.append(f"{module}:{line} imports {target}.{name}")
     assert not reach_ins, "private names imported across modules:\n" + "\n".join(reach_ins)
+
+
+def test_no_private_names_across_modules():
+    # within a subpackage too: what a sibling module uses is that module's public interface
+    reach_ins = [f"{module}:{line} imports {target}.{name}"
+                 for module, targets in import_edges().items()
+                 for target, uses in targets.items() for line, names in uses for name in names
+                 if _private(name) and (module, target, name) not in PRIVATE_ALLOWED]
+    assert not reach_ins, "private names imported from other modules:\n" + "\n".join(reach_ins)
 
 
 def test_private_reach_in_detector_on_known_source(tmp_path):

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["CALLS", "Outcomes", "grid_sums", "metric_stack", "metrics_at", "round_answer_slots",
-           "round_outcomes", "stop_rounds", "uaad_grid_sums"]
+__all__ = ["CALLS", "STOP_METRICS", "Outcomes", "grid_sums", "metric_stack", "metrics_at",
+           "round_answer_slots", "round_outcomes", "stop_rounds", "uaad_grid_sums"]
 
 
 #: Per-stop quantities summed over trajectories (rows of the metric stack).
-_METRICS = ("correct", "calls", "flips", "stop", "calls_uaad")
+STOP_METRICS = ("correct", "calls", "flips", "stop", "calls_uaad")
 CALLS = ("team", "nodes")
 @dataclass(frozen=True)
 class Outcomes:
@@ -129,7 +129,7 @@ def round_outcomes(batch, calls: str = "team") -> Outcomes:
 
 
 def metric_stack(out: Outcomes, agents: np.ndarray) -> np.ndarray:
-    """``[K, T, N]`` float64: each metric of :data:`_METRICS` were the stop at round ``t``.
+    """``[K, T, N]`` float64: each metric of :data:`STOP_METRICS` were the stop at round ``t``.
     ``agents``: ``[N]`` the agents UAAD's budget charges per debate round."""
     n_t, n = out.correct.shape
     correct = out.correct.astype(np.float64)

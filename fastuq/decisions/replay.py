@@ -66,8 +66,8 @@ import numpy as np
 import pyarrow as pa
 
 from fastuq.decisions.outcomes import (
-    _METRICS,
     CALLS,
+    STOP_METRICS,
     Outcomes,
     grid_sums,
     metric_stack,
@@ -305,7 +305,7 @@ def replay(
         # fixed rounds r = 1..T: a longer chunk adds rows, at which every earlier
         # trajectory (all shorter) stops at its last round, as in the full debate
         while len(fixed_sums) < n_t:
-            fixed_sums.append(np.zeros(len(_METRICS)) if full_sum is None
+            fixed_sums.append(np.zeros(len(STOP_METRICS)) if full_sum is None
                               else full_sum.copy())
         for r in range(1, len(fixed_sums) + 1):
             stop = np.minimum(r - 1, out.last)
@@ -334,7 +334,7 @@ def replay(
                     cap = np.minimum(out.last, np.floor(r_cap).astype(np.int64))
                     g = metric_stack(out, agents)
                 part = uaad_grid_sums(g, agreement, mask, cap, taus, eps).reshape(
-                    len(_METRICS), -1)
+                    len(STOP_METRICS), -1)
             elif p.name == "bccs":
                 ff = scores["bccs_first_full"]
                 stop = np.where(ff >= 0, ff, out.last).astype(np.int64)
@@ -434,7 +434,7 @@ def _result(pols, acc, fixed_sums, full_sum, total, grids, notes) -> ReplayResul
             for r, sums in enumerate(fixed_sums, start=1):
                 add("fixed", sums, rounds=r)
         elif p.name in ("uaad", "uaad_route"):
-            part = acc[k].reshape(len(_METRICS), len(p.tau_c), len(p.epsilon))
+            part = acc[k].reshape(len(STOP_METRICS), len(p.tau_c), len(p.epsilon))
             for i, tau in enumerate(p.tau_c):
                 for j, eps in enumerate(p.epsilon):
                     add(p.name, part[:, i, j], tau=tau, eps=eps)

@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 
-from fastuq.evaluation.tables import _NOT_SCORES
+from fastuq.evaluation.tables import NOT_SCORES
 
 __all__ = ["drop_skipped", "join_labels", "read_labels", "read_scores", "read_skipped"]
 
@@ -98,7 +98,7 @@ def read_scores(
                          f"Parquet, CSV or Arrow IPC): {str(exc).splitlines()[0]}") from None
     if "trajectory_id" not in df.columns:
         raise ValueError(f"{path}: no trajectory_id column (columns: {', '.join(df.columns)})")
-    numeric = [c for c in df.columns if c not in _NOT_SCORES and df.schema[c].is_numeric()]
+    numeric = [c for c in df.columns if c not in NOT_SCORES and df.schema[c].is_numeric()]
     if methods is None or list(methods) == ["all"]:
         if not numeric:
             raise ValueError(f"{path}: no numeric score column besides trajectory_id")

@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from fastuq.evaluation.tables import _labels_array, _score_columns
+from fastuq.evaluation.tables import labels_array, score_columns
 from fastuq.metrics import platt_oof_probabilities
 from fastuq.metrics.ece import bin_edges, bin_index, ece_matrix
 
@@ -51,7 +51,7 @@ def reliability_bins(
     ``accuracy`` (float64 ``[n_bins]``, NaN in empty bins);
     ``sum(count * |accuracy - mean_probability|) / N`` over non-empty bins is the ECE.
     """
-    y = np.asarray(_labels_array(labels), dtype=np.float64)
+    y = np.asarray(labels_array(labels), dtype=np.float64)
     p = np.asarray(probabilities, dtype=np.float64)
     if p.shape != y.shape or p.ndim != 1:
         raise ValueError(f"labels {y.shape} and probabilities {p.shape} must be [N] alike")
@@ -69,7 +69,7 @@ def accuracy_coverage(labels: Any, scores: Any) -> tuple[np.ndarray, np.ndarray]
     ``accuracy[k-1]`` is the accuracy of the ``k`` most certain rows (uncertainty ascending,
     stable sort, so ties keep file order) and ``coverage[k-1] = k / N``. Its mean is AUARC.
     """
-    y = np.asarray(_labels_array(labels), dtype=np.float64)
+    y = np.asarray(labels_array(labels), dtype=np.float64)
     u = np.asarray(scores, dtype=np.float64)
     if u.shape != y.shape or u.ndim != 1:
         raise ValueError(f"labels {y.shape} and scores {u.shape} must be [N] alike")
@@ -120,7 +120,7 @@ def plot_reliability(
     n = int(b["count"].sum())
     filled = b["count"] > 0
     p = np.asarray(probabilities, dtype=np.float64)
-    ece_value = float(ece_matrix(np.asarray(_labels_array(labels)), p[:, None], n_bins)[0])
+    ece_value = float(ece_matrix(np.asarray(labels_array(labels)), p[:, None], n_bins)[0])
     width = 1.0 / n_bins
     centers = b["edges"][:-1] + width / 2
     fig = agg_figure(5.0, 6.0)
@@ -164,8 +164,8 @@ def plot_risk_coverage(
     the legend), with the oracle and random (overall accuracy) references. ``title``: what the
     plot shows (e.g. the corpus), put before N. Returns ``path``.
     """
-    y = np.asarray(_labels_array(labels)).astype(bool)
-    cols = _score_columns(scores)
+    y = np.asarray(labels_array(labels)).astype(bool)
+    cols = score_columns(scores)
     if isinstance(cols, pl.DataFrame):
         cols = {c: cols[c].to_numpy() for c in cols.columns}
     elif isinstance(cols, pa.Table):
@@ -222,8 +222,8 @@ def write_plots(
     from fastuq.io.writers import atomic_write_files
 
     agg_figure(1, 1)  # fail early, before computing anything, when matplotlib is missing
-    y = _labels_array(labels)
-    cols = _score_columns(scores)
+    y = labels_array(labels)
+    cols = score_columns(scores)
     if isinstance(cols, pl.DataFrame | pa.Table):
         names = list(cols.columns if isinstance(cols, pl.DataFrame) else cols.column_names)
     else:

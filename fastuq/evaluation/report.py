@@ -41,8 +41,8 @@ import numpy as np
 import polars as pl
 
 from fastuq.evaluation.report_html import (
-    _SWEEP_METRICS,
     LOWER_IS_BETTER,
+    REPORT_SWEEP_METRICS,
     Figure,
     Report,
     SweepSection,
@@ -182,12 +182,12 @@ def _sweep_section(
     """Run :func:`fastuq.sweeps.sweep` over ``grid`` and draw its heatmap."""
     from fastuq.evaluation.sweeps import heatmap, sweep
 
-    if metric not in _SWEEP_METRICS:
-        raise ValueError(f"sweep metric must be one of {_SWEEP_METRICS}, got {metric!r}")
+    if metric not in REPORT_SWEEP_METRICS:
+        raise ValueError(f"sweep metric must be one of {REPORT_SWEEP_METRICS}, got {metric!r}")
     unknown = [k for k in log if k not in grid]
     if unknown:
         raise ValueError(f"sweep log axis {unknown[0]!r} is not swept (swept: {list(grid)})")
-    metrics = (metric, *(m for m in _SWEEP_METRICS if m != metric))
+    metrics = (metric, *(m for m in REPORT_SWEEP_METRICS if m != metric))
     table = sweep(source, grid, metrics, protocol=protocol, dtype=dtype, folds=folds,
                   params=base, observation_noise=observation_noise)
     names = tuple(c for c in table.columns if c in grid)

@@ -19,13 +19,14 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-__all__ = ["LOWER_IS_BETTER", "Figure", "Report", "SweepSection", "render_html"]
+__all__ = ["LOWER_IS_BETTER", "REPORT_SWEEP_METRICS", "Figure", "Report", "SweepSection",
+           "render_html"]
 
 
 #: Metrics of the table for which lower is better (the others: higher is better).
 LOWER_IS_BETTER = frozenset({"brier_platt", "ece"})
 #: Default sweep metric and the metrics a report's sweep computes.
-_SWEEP_METRICS = ("auroc", "auarc", "prr")
+REPORT_SWEEP_METRICS = ("auroc", "auarc", "prr")
 
 _METRIC_TEXT = {
     "auroc": "AUROC: probability that a correct trajectory is scored less uncertain than a "
@@ -299,7 +300,7 @@ def _sweep_html(report: Report) -> str:
     point = ", ".join(f"{k} = {sw.best[k]:.4g}" for k in sw.names)
     lines = [f"<li>Best of the {sw.table.height:,} grid points by {m.upper()}: {_e(point)}: "
              + ", ".join(f"{k.upper()} {_percent(sw.best[k])}"
-                         for k in _SWEEP_METRICS if k in sw.best) + ".</li>"]
+                         for k in REPORT_SWEEP_METRICS if k in sw.best) + ".</li>"]
     if sw.preset is not None:
         lines.append("<li>Each protocol's preset parameters: " + ", ".join(
             f"{k.upper()} {_percent(v)}" for k, v in sw.preset.items()) + ".</li>")

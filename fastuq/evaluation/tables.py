@@ -18,12 +18,12 @@ import pyarrow as pa
 
 from fastuq.metrics import METRICS, evaluate
 
-__all__ = ["METRIC_HEADERS", "evaluation_table", "evaluation_tables", "format_cell",
-           "format_table", "table_records"]
+__all__ = ["METRIC_HEADERS", "NOT_SCORES", "evaluation_table", "evaluation_tables", "format_cell",
+           "format_table", "labels_array", "score_columns", "table_records"]
 
 
 #: Columns of a scores table that are not scores (:func:`fastuq.score` adds some of them).
-_NOT_SCORES = ("trajectory_id", "question_id", "protocol", "correct")
+NOT_SCORES = ("trajectory_id", "question_id", "protocol", "correct")
 
 #: The column titles of an evaluation table (:func:`format_table`, the HTML report).
 METRIC_HEADERS = {
@@ -36,25 +36,25 @@ METRIC_HEADERS = {
     "accuracy": "accuracy",
     "n": "n",
 }
-def _score_columns(scores: Any) -> Any:
-    """Drop the :data:`_NOT_SCORES` columns from a table or mapping of scores."""
+def score_columns(scores: Any) -> Any:
+    """Drop the :data:`NOT_SCORES` columns from a table or mapping of scores."""
     from fastuq.metrics.inputs import ScoreColumns
 
     if isinstance(scores, ScoreColumns):
-        keep = [j for j, name in enumerate(scores.names) if name not in _NOT_SCORES]
+        keep = [j for j, name in enumerate(scores.names) if name not in NOT_SCORES]
         if len(keep) == len(scores.names):
             return scores
         return ScoreColumns(scores.x[:, keep], [scores.names[j] for j in keep])
     if isinstance(scores, pl.DataFrame):
-        return scores.drop([c for c in _NOT_SCORES if c in scores.columns])
+        return scores.drop([c for c in NOT_SCORES if c in scores.columns])
     if isinstance(scores, pa.Table):
-        return scores.drop_columns([c for c in _NOT_SCORES if c in scores.column_names])
+        return scores.drop_columns([c for c in NOT_SCORES if c in scores.column_names])
     if isinstance(scores, Mapping):
-        return {k: v for k, v in scores.items() if k not in _NOT_SCORES}
+        return {k: v for k, v in scores.items() if k not in NOT_SCORES}
     return scores
 
 
-def _labels_array(labels: Any) -> np.ndarray:
+def labels_array(labels: Any) -> np.ndarray:
     """``labels`` as a NumPy array, with a clear error for null labels in Arrow / Polars."""
     if isinstance(labels, pa.ChunkedArray | pa.Array | pl.Series):
         nulls = labels.null_count() if isinstance(labels, pl.Series) else labels.null_count
@@ -92,7 +92,7 @@ def evaluation_table(
       precision (NaN where a metric is undefined, e.g. single-class labels).
     """
     out = evaluate(
-        _labels_array(labels), _score_columns(scores), metrics=metrics, n_folds=n_folds,
+        labels_array(labels), score_columns(scores), metrics=metrics, n_folds=n_folds,
         seed=seed, C=C, n_bins=n_bins,
     )
     return _frame(out, metrics)
@@ -132,7 +132,7 @@ def evaluation_tables(
     from fastuq.metrics import evaluate_groups
 
     pooled, per_group = evaluate_groups(
-        _labels_array(labels), _score_columns(scores), groups, metrics=metrics,
+        labels_array(labels), score_columns(scores), groups, metrics=metrics,
         n_folds=n_folds, seed=seed, C=C, n_bins=n_bins,
     )
     return _frame(pooled, metrics), {k: _frame(v, metrics) for k, v in per_group.items()}

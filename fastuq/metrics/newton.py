@@ -10,10 +10,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["PlattConvergenceWarning", "newton_fits", "unconverged"]
+__all__ = ["MAX_ITER", "PlattConvergenceWarning", "newton_fits", "stable_sigmoid", "unconverged"]
 
 #: Newton iterations at most per fit.
-_MAX_ITER = 60
+MAX_ITER = 60
 _STEP_TOL = 1e-11
 #: :func:`newton_fits` with ``quad``: a fresh step this small (relative) may finish a fit,
 _QUAD_STEP = 1e-4
@@ -50,7 +50,7 @@ def newton_fits(
     :data:`_QUAD_STEP` of that scale and the contraction measured over its last two fresh
     steps (``c = |d_k| / |d_{k-1}|**2``) predicts the next below :data:`_QUAD_NEXT` of it
     (keeping the point after the step). Returns ``(v, b, done)``, ``done`` false for fits
-    that did not stop in :data:`_MAX_ITER` passes.
+    that did not stop in :data:`MAX_ITER` passes.
     """
     shape = v.shape
     v_old, b_old = v.copy(), b.copy()
@@ -59,7 +59,7 @@ def newton_fits(
     db = np.zeros(shape)
     last = np.full(shape, np.nan)  # size of the last fresh Newton step
     done = np.zeros(shape, bool)
-    for _ in range(_MAX_ITER):
+    for _ in range(MAX_ITER):
         s_sp, s_q, s_qz, hbb, hvb, hvv, *rest = run(v, b, ~done)
         if syz is None:
             syz = rest[0]  # fixed by the standardisation
@@ -119,7 +119,7 @@ def unconverged(bad: np.ndarray, most: int = 8) -> str:
     return "; ".join(parts)
 
 
-def _sigmoid(t: np.ndarray) -> np.ndarray:
+def stable_sigmoid(t: np.ndarray) -> np.ndarray:
     """``1 / (1 + exp(-t))`` as ``exp(t - softplus(t))``: accurate in both tails, no overflow."""
     sp = np.exp(-np.abs(t))
     np.log1p(sp, out=sp)

@@ -35,10 +35,10 @@ import numpy as np
 from fastuq.metrics.ece import ece_matrix
 from fastuq.metrics.folds import stratified_folds
 from fastuq.metrics.newton import (
-    _MAX_ITER,
+    MAX_ITER,
     PlattConvergenceWarning,
-    _sigmoid,
     newton_fits,
+    stable_sigmoid,
     unconverged,
 )
 from fastuq.metrics.platt_fast import platt_columns
@@ -196,7 +196,7 @@ def _newton(
         syz=syz)
     if not done.all():
         warnings.warn(
-            f"Platt scaling: Newton's method did not converge in {_MAX_ITER} iterations for "
+            f"Platt scaling: Newton's method did not converge in {MAX_ITER} iterations for "
             f"{int((~done).sum())} (fold, column) fits: {unconverged(~done)} (separable "
             f"scores with C=None?)",
             PlattConvergenceWarning,
@@ -237,7 +237,7 @@ def oof_platt(
         t = (x[sl] - mean[f]) / scale[f]  # each row's held-out fold's standardisation
         t *= v[f]  # and parameters
         t += b[f]
-        out[sl] = _sigmoid(t)
+        out[sl] = stable_sigmoid(t)
     return out
 
 
