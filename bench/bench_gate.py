@@ -11,11 +11,11 @@ Inputs: ``fastuq.synth.self_consistency.self_consistency_corpus(N, k=8, seed=0)`
 "the answer is X": about 40 tokens). Timed: the vectorized score over all N (median of
 ``--repeats`` wall-clock calls after a warm-up; the process CPU time of the same calls
 alongside, since the score runs on a thread pool), with all of this process's cores and with
-one (``fastuq.gate._threads`` patched); and the reference loop over the first ``--ref-n``
-items, wall-clock and CPU, **extrapolated linearly** to N (its time per item does not depend
-on N). On a machine shared with other jobs the CPU-time ratio is the steadier of the two. The scores
-of those items must equal the reference's exactly. Prints a markdown table; a full run (no
-``--quick``) also writes ``bench/results/gate.json``.
+one (``fastuq.decisions.consistency._threads`` patched); and the reference loop over the
+first ``--ref-n`` items, wall-clock and CPU, **extrapolated linearly** to N (its time per item
+does not depend on N). On a machine shared with other jobs the CPU-time ratio is the steadier
+of the two. The scores of those items must equal the reference's exactly. Prints a markdown
+table; a full run (no ``--quick``) also writes ``bench/results/gate.json``.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def main() -> None:
     n = args.n or (20_000 if args.quick else 1_000_000)
     single = (not args.quick) if args.single_thread is None else args.single_thread
 
-    import fastuq.gate as gate
+    import fastuq.decisions.consistency as gate
     from fastuq.synth.self_consistency import self_consistency_corpus
 
     info = bc.machine_info()

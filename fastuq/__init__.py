@@ -29,11 +29,11 @@ __version__ = "0.1.0"
 #: Submodules named in ``__all__`` (``from fastuq import *`` imports them; ``fastuq.ray``,
 #: which needs the ``fastuq[ray]`` extra, is not among them but loads on access too).
 _SUBMODULES = (
-    "answers", "cli", "engine", "evaluation", "importers", "io", "kernels", "metrics",
-    "selection", "signals", "sweeps", "fit", "synth", "gate", "replay", "report",
+    "answers", "cli", "decisions", "engine", "evaluation", "importers", "io", "kernels",
+    "metrics", "selection", "signals", "sweeps", "fit", "synth", "gate", "replay", "report",
 )
 #: Functions of submodules, re-exported lazily (their modules import JAX on use only).
-_LAZY = {"sweep": "sweeps", "fit_sauce": "fit", "FitResult": "fit"}
+_LAZY = {"sweep": "evaluation.sweeps", "fit_sauce": "evaluation.fit", "FitResult": "evaluation.fit"}
 
 __all__ = [
     "ESTIMATORS",

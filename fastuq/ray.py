@@ -11,7 +11,7 @@
 
 **Same scores, same errors.** Every batch goes through the single-process engine's own steps
 (:mod:`fastuq.engine.scoring`: the corpus readers' chunks, ``conform`` and ``validate``, the
-vectorized skip checks, ``_score_table`` and the estimators' kernels), in an actor that
+vectorized skip checks, ``score_table`` and the estimators' kernels), in an actor that
 compiles the JAX kernels once per worker. The files are read by the same reader
 (:func:`fastuq.io.readers.iter_chunks`, one read task per file) into the same chunks of
 ``chunk_rows`` rows, so scores are bit-identical to ``fastuq.score`` / ``score_file`` for
@@ -574,7 +574,7 @@ class _ChunkScorer:
 
     def _chunk(self, table: pa.Table, source: str, rows: np.ndarray, file: int,
                problem: pa.ChunkedArray | None) -> pa.Table:
-        from fastuq.engine.scoring import _score_table, check_chunk, score_checked_chunk
+        from fastuq.engine.scoring import check_chunk, score_checked_chunk, score_table
         from fastuq.io.readers import Chunk
         from fastuq.io.schema import Problems
 
@@ -582,8 +582,8 @@ class _ChunkScorer:
         if not self.c.skip:
             if len(self.repeats):  # found on the driver, which raised before any scoring
                 raise AssertionError("repeated ids reached the scorer under on_error='raise'")
-            batch, _, scores = _score_table(table, chunk, rows, self.c.resolved,
-                                            backend=self.c.backend, **self.kw)
+            batch, _, scores = score_table(table, chunk, rows, self.c.resolved,
+                                           backend=self.c.backend, **self.kw)
             return self._scored(batch, scores)
         problems = None
         if problem is not None:
@@ -699,29 +699,29 @@ def _resolve_first(chunks: Iterator, methods, params: dict, *, skip: bool,
     """The methods, as the single-process run resolves them on its first chunk (the first
     with a row left, under skip), with its option checks; and the extras of that chunk."""
     from fastuq.engine.scoring import (
-        _make_batch,
-        _resolve_once,
-        _SeenIds,
-        _skip_bad_rows,
-        _structural_problems,
+        SeenIds,
+        make_batch,
+        resolve_once,
+        skip_bad_rows,
+        structural_problems,
     )
 
     info: dict = {}
-    seen = _SeenIds()
+    seen = SeenIds()
     try:
         for chunk in chunks:
             if skip:
-                chunk, table, problems = _structural_problems(chunk, seen)
-                _, _, resolved = _skip_bad_rows(chunk, table, problems, None, [], info=info,
-                                                **kw)
+                chunk, table, problems = structural_problems(chunk, seen)
+                _, _, resolved = skip_bad_rows(chunk, table, problems, None, [], info=info,
+                                               **kw)
             else:
                 table = chunk.table
                 rows = np.arange(chunk.source_row0, chunk.source_row0 + table.num_rows)
-                batch = _make_batch(table, chunk, rows, dtype=kw["dtype"],
-                                    observation_noise=observation_noise, math=kw["math"],
-                                    processes=None)
-                resolved = _resolve_once(None, methods, batch, params, observation_noise,
-                                         info, kw["protocol"])
+                batch = make_batch(table, chunk, rows, dtype=kw["dtype"],
+                                   observation_noise=observation_noise, math=kw["math"],
+                                   processes=None)
+                resolved = resolve_once(None, methods, batch, params, observation_noise,
+                                        info, kw["protocol"])
             if resolved is not None:
                 extras = tuple(e for e in EXTRAS if e in table.column_names)
                 return resolved, info.get("left_out", {}), extras
@@ -799,7 +799,7 @@ def score_dataset(
       :class:`RayScores`.
     """
     from fastuq.engine.registry import check_params, get_estimator
-    from fastuq.engine.scoring import _columns_for, _method_list, check_reading_options
+    from fastuq.engine.scoring import check_reading_options, corpus_columns, method_list
     from fastuq.io.readers import count_rows
 
     ray = _ray()
@@ -808,13 +808,13 @@ def score_dataset(
     check_reading_options(on_error, [], observation_noise, check)
     if chunk_rows < 1:
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
-    names = _method_list(methods)
+    names = method_list(methods)
     params = {k: v for k, v in params.items() if v is not None}
     check_params(params, None if names == ["all"] else names)
     skip = on_error == "skip"
     foreign = isinstance(source, ray.data.Dataset)
     files = None if foreign else corpus_files(source)
-    columns = _columns_for(methods, params, None if foreign else files, check)
+    columns = corpus_columns(methods, params, None if foreign else files, check)
     if not ray.is_initialized():
         ray.init()
     num_gpus, n_actors = _pool(num_gpus, actors, cpus_per_actor)
@@ -850,7 +850,7 @@ def score_dataset(
         repeats = _find_repeats(ids, n_rows, files)
         stages["ids"] = time.perf_counter() - start - sum(stages.values())
         if len(repeats) and not skip:
-            from fastuq.engine.errors import RecordError
+            from fastuq.errors import RecordError
 
             raise RecordError(repeats.first_error)
         data = source if foreign else _read(
@@ -989,7 +989,7 @@ def score_to_folder(
     ``skipped_path`` (default: ``OUTPUT.skipped``, beside it). Each folder is written to a
     temporary sibling and renamed into place when complete: a failed run leaves neither.
     A run that skips every record, or more than ``max_skip_fraction`` of them, raises
-    :class:`~fastuq.engine.errors.TooManySkipped` after writing the skipped folder, and
+    :class:`~fastuq.errors.TooManySkipped` after writing the skipped folder, and
     writes no scores. The workers write the files, so on a cluster both folders must be on
     a file system every node mounts at the same path. ``progress``: Ray Data's progress bars
     on or off (default: Ray's setting). ``kwargs``: those of :func:`score_dataset`.
@@ -998,8 +998,8 @@ def score_to_folder(
       OutputError: (a ValueError, before any work) an output folder is, holds or lies in an
         input, or exists holding anything but Parquet files.
     """
-    from fastuq.engine.errors import TooManySkipped
     from fastuq.engine.scoring import check_skip_options
+    from fastuq.errors import TooManySkipped
 
     start = time.perf_counter()
     check_skip_options(on_error, skipped_path, max_skip_fraction)

@@ -169,7 +169,7 @@ def test_agreement_from_codes_equals_host(corpus):
     import pyarrow.compute as pc
 
     from fastuq.io.arrow_lists import list_lengths
-    from fastuq.signals import _n_agents, answer_votes
+    from fastuq.signals import answer_votes, read_n_agents
 
     answers, n_agents = corpus
     n = len(answers)
@@ -180,7 +180,7 @@ def test_agreement_from_codes_equals_host(corpus):
     per_round = pc.list_flatten(answers)
     slots, _ = list_lengths(per_round)
     codes = np.where(answer_votes(pc.list_flatten(per_round)) & (classes >= 0), classes, -1)
-    team, known = _n_agents(n_agents, n)
+    team, known = read_n_agents(n_agents, n)
     for dtype in DTYPES:
         a, mask, flags, best = dp.agreement_from_codes(codes, slots, rounds, team, known,
                                                        dtype=dtype)

@@ -489,7 +489,7 @@ def test_last_number_pattern_matches_re_findall():
 
     import pyarrow as pa
 
-    from fastuq.gate import NUMBER, _last_numbers
+    from fastuq.decisions.consistency import NUMBER, _last_numbers
 
     rng = np.random.default_rng(11)
     alphabet = np.array(list("0123456789.-a \n\u0663\u00e9"))  # Arabic-Indic 3, e-acute
@@ -536,7 +536,7 @@ def test_consistency_scores_unicode_fuzz():
 def test_consistency_scores_same_in_any_chunking(monkeypatch):
     """Tiny tasks (many chunks, rows split across number frames), one thread or several:
     the same values."""
-    import fastuq.gate as gate
+    import fastuq.decisions.consistency as gate
     from fastuq.synth.self_consistency import self_consistency_corpus
 
     table = self_consistency_corpus(400, k=5, seed=9)

@@ -289,7 +289,7 @@ def test_unlabelled_corpus_fails_and_writes_nothing(tmp_path, capsys):
 
 
 def test_failed_render_leaves_no_file(tmp_path, monkeypatch):
-    import fastuq.report as rep
+    import fastuq.evaluation.report as rep
 
     def boom(report):
         raise RuntimeError("render failed")

@@ -197,16 +197,16 @@ def _reference_repeats(ids, chunk):
 
 @pytest.mark.parametrize("bits", [64, 3])
 def test_seen_ids_exact_even_when_every_hash_collides(monkeypatch, bits):
-    from fastuq.engine.scoring import _SeenIds
+    from fastuq.engine.scoring import SeenIds
 
     if bits < 64:  # force collisions: only a few distinct hash values
-        real = _SeenIds._hash
-        monkeypatch.setattr(_SeenIds, "_hash", staticmethod(
+        real = SeenIds._hash
+        monkeypatch.setattr(SeenIds, "_hash", staticmethod(
             lambda ids: real(ids) & np.uint64((1 << bits) - 1)))
     rng = np.random.default_rng(5)
     ids = [f"id{k}" for k in rng.integers(0, 300, 600)]
     for chunk in (64, 7):  # 7: many runs of different sizes, merged at odd points
-        seen = _SeenIds()
+        seen = SeenIds()
         try:
             assert _feed(seen, ids, chunk) == _reference_repeats(ids, chunk)
         finally:
@@ -218,23 +218,23 @@ def test_seen_ids_sorted_then_unsorted(monkeypatch, bits):
     """The shortcut for ascending ids (nothing hashed while every id is greater than the
     last) hands over to the index, built from the spilled ids, at the first chunk out of
     order: repeats of ids from the ascending part are found, naming their first row."""
-    from fastuq.engine.scoring import _SeenIds
+    from fastuq.engine.scoring import SeenIds
 
     if bits < 64:
-        real = _SeenIds._hash
-        monkeypatch.setattr(_SeenIds, "_hash", staticmethod(
+        real = SeenIds._hash
+        monkeypatch.setattr(SeenIds, "_hash", staticmethod(
             lambda ids: real(ids) & np.uint64((1 << bits) - 1)))
     rng = np.random.default_rng(11)
     head = [f"id{k:05d}" for k in range(0, 900, 3)]  # ascending, 300 ids
     tail = [f"id{k:05d}" for k in rng.integers(0, 1200, 300)]  # repeats among them
     for ids in (head + tail, head + head[::-1], head + ["zz"] + head[:5]):
         for chunk in (64, 7, 300):
-            seen = _SeenIds()
+            seen = SeenIds()
             try:
                 assert _feed(seen, ids, chunk) == _reference_repeats(ids, chunk)
             finally:
                 seen.close()
-    seen = _SeenIds()  # ascending throughout: nothing indexed
+    seen = SeenIds()  # ascending throughout: nothing indexed
     try:
         assert _feed(seen, head, 64) == {}
         assert not seen._runs
@@ -243,10 +243,10 @@ def test_seen_ids_sorted_then_unsorted(monkeypatch, bits):
 
 
 def test_seen_ids_holds_14_to_16_bytes_per_trajectory():
-    from fastuq.engine.scoring import _SeenIds
+    from fastuq.engine.scoring import SeenIds
 
     n = 50_000
-    seen = _SeenIds()
+    seen = SeenIds()
     try:
         _feed(seen, [f"t{k}" for k in range(n)], 8192)
         held = sum(h.nbytes + r.nbytes for h, r in seen._runs)

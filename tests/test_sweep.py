@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from sklearn.metrics import roc_auc_score
 
 import fastuq
-import fastuq.sweeps as sweep_mod
+import fastuq.evaluation.sweeps as sweep_mod
 from fastuq import cli
 from fastuq.engine.batch import Batch
 from fastuq.metrics import auarc, auroc, prr

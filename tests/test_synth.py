@@ -227,7 +227,7 @@ def test_unparseable_fraction_is_small_but_present():
 
 
 def test_questions_per_id_groups_across_chunks(monkeypatch):
-    monkeypatch.setattr(synth, "_CHUNK", 100)  # chunk boundaries inside the corpus
+    monkeypatch.setattr(synth.rollouts, "_CHUNK", 100)  # chunk boundaries inside the corpus
     t = corpus(1000, protocol="mixed", seed=5, questions_per_id=3)
     qids = t["question_id"].to_pylist()
     refs = t["reference"].to_pylist()
@@ -253,7 +253,7 @@ def test_deterministic_same_args_and_seeds_differ():
 
 
 def test_chunks_concatenate_to_corpus(monkeypatch):
-    monkeypatch.setattr(synth, "_CHUNK", 64)
+    monkeypatch.setattr(synth.rollouts, "_CHUNK", 64)
     parts = list(corpus_chunks(300, protocol="dylan", seed=2))
     assert len(parts) == 5
     assert pa.concat_tables(parts).equals(corpus(300, protocol="dylan", seed=2))

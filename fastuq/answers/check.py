@@ -34,6 +34,7 @@ from fastuq.answers.normalize import normalize_answer, numeric_value
 
 __all__ = [
     "REL_TOL",
+    "require_math_verify",
     "answer_classes",
     "answers_equivalent",
     "check_coded",
@@ -60,7 +61,8 @@ def math_verify_available() -> bool:
     return True
 
 
-def _require_math_verify():
+def require_math_verify():
+    """The ``math_verify`` module, or ImportError naming the ``fastuq[math]`` extra."""
     try:
         import math_verify
     except ImportError as exc:
@@ -81,7 +83,7 @@ def _timeout() -> int | None:
 
 @lru_cache(maxsize=1 << 14)
 def _mv_parse(normalized: str):
-    mv = _require_math_verify()
+    mv = require_math_verify()
     try:
         return mv.parse(f"${normalized}$", parsing_timeout=_timeout())
     except Exception:  # math-verify raises many kinds on odd LaTeX: not equivalent
@@ -147,7 +149,7 @@ def seeded_verdicts(verdicts: Mapping[tuple[str, str], bool]) -> Iterator[None]:
 
 @lru_cache(maxsize=1 << 16)
 def _mv_equivalent_checked(gold_norm: str, answer_norm: str) -> bool:
-    mv = _require_math_verify()
+    mv = require_math_verify()
     gold, answer = _mv_parse(gold_norm), _mv_parse(answer_norm)
     if not gold or not answer:
         return False
@@ -293,7 +295,7 @@ def math_verdicts(pairs: Sequence[tuple[str, str]], processes: int | None = None
     share strings (:func:`_chunks_by_strings`), so a worker parses each string once.
 
     Raises ImportError without math-verify."""
-    _require_math_verify()
+    require_math_verify()
     todo = sorted(set(pairs))
     out: dict[tuple[str, str], bool] = {}
     if not todo:
@@ -404,7 +406,7 @@ def check_answers(
     if processes is not None and (isinstance(processes, bool) or processes < 1):
         raise ValueError(f"processes must be a positive integer or None, got {processes!r}")
     if math:
-        _require_math_verify()
+        require_math_verify()
     index: dict[tuple[str, str], int] = {}
     rows = np.full(len(answers), -1, np.int64)
     for i, (a, g) in enumerate(zip(answers, golds, strict=True)):
@@ -484,7 +486,7 @@ def check_coded(
     if rest.any():
         pairs = np.unique(np.stack([ia[rest], ig[rest]], axis=1), axis=0)
         if math:
-            _require_math_verify()
+            require_math_verify()
         verdict = _check_chunk([(norm_a[i], norm_g[j]) for i, j in pairs.tolist()], math)
         table = {(int(i), int(j)): v for (i, j), v in zip(pairs.tolist(), verdict,
                                                           strict=True)}
@@ -539,7 +541,7 @@ def answer_classes(answers: Sequence[str | None], *, math: bool = False) -> np.n
         if _numbers_close(v0, v1):
             union(k0, k1)
     if math and len(distinct) > 1:
-        _require_math_verify()
+        require_math_verify()
         numeric_ids = {k for _, k in numeric}
         reps = [k for k in range(len(distinct)) if find(k) == k]
         for x in range(len(reps)):

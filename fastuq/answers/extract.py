@@ -80,7 +80,7 @@ import re
 from collections.abc import Sequence
 from typing import Literal
 
-__all__ = ["AnswerKind", "extract_answer", "extract_answers", "strip_option_lists"]
+__all__ = ["AnswerKind", "extract_answer", "extract_answers", "last_boxed", "strip_option_lists"]
 
 #: What the gold answer is like: a choice letter, a number, or anything (``None``).
 AnswerKind = Literal["choice", "number"] | None
@@ -188,7 +188,9 @@ def _sentence(line: str) -> str:
     return line[: end.start()] if end else line
 
 
-def _last_boxed(text: str) -> str | None:
+def last_boxed(text: str) -> str | None:
+    """The content of the last non-empty ``\\boxed{...}`` (or ``\\fbox``; ``\\boxed 5``: the
+    token after the space) in ``text``, stripped; ``None`` when there is none."""
     for m in reversed(list(_BOX.finditer(text))):
         i = m.end()
         j = i
@@ -498,7 +500,7 @@ def extract_answer(text: str | None, kind: AnswerKind = None) -> str | None:
         rules = (_choice_boxed, _choice_answer_is, _choice_last_line_unlisted,
                  _choice_marker_unlisted)
     else:
-        rules = (_last_boxed, _answer_is, _final_choice, _last_number)
+        rules = (last_boxed, _answer_is, _final_choice, _last_number)
     for rule in rules:
         found = rule(text)
         if found == "":  # an ambiguous choice ("the answer is (C), (D)"): no answer

@@ -92,10 +92,10 @@ def exit_status(exc: BaseException) -> int:
     parameter), ``ImportError`` (an optional extra such as matplotlib or Ray not installed)
     and the ``OSError`` s of a path that cannot be used (``FileNotFoundError``,
     ``IsADirectoryError``, ``NotADirectoryError``, ``PermissionError``). A run that failed:
-    :class:`fastuq.engine.errors.TooManySkipped` (the skip list is written, the scores are
+    :class:`fastuq.errors.TooManySkipped` (the skip list is written, the scores are
     not), any other ``OSError`` (a write that failed: disk full, I/O error) and every other
     exception (an internal error)."""
-    from fastuq.engine.errors import TooManySkipped
+    from fastuq.errors import TooManySkipped
 
     if isinstance(exc, TooManySkipped):
         return EXIT_FAILED
@@ -108,7 +108,7 @@ def exit_status(exc: BaseException) -> int:
 def _expected(exc: BaseException) -> bool:
     """Whether ``exc`` is an error fastuq reports in one line (else an internal error, whose
     traceback is printed)."""
-    from fastuq.engine.errors import TooManySkipped
+    from fastuq.errors import TooManySkipped
 
     return exit_status(exc) == EXIT_USAGE or isinstance(exc, (TooManySkipped, OSError))
 

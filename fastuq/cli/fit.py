@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     import time
     import warnings
 
-    from fastuq.fit import fit_sauce
+    from fastuq.evaluation.fit import fit_sauce
     from fastuq.io.writers import cli_check_outputs
 
     prog = "fastuq fit"

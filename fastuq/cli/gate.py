@@ -1,5 +1,6 @@
 """``fastuq gate``: calibrate a pass/fail threshold on a score column whose failure rate among
-passed items is at most alpha with confidence 1 - delta (:func:`fastuq.gate.calibrate_threshold`).
+passed items is at most alpha with confidence 1 - delta
+(:func:`fastuq.decisions.threshold.calibrate_threshold`).
 
 Exit status: 0 on success (also when no threshold passes the test: the gate then passes
 nothing, and says so), 2 when the calibration could not be done (bad input, missing labels, a
@@ -149,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
             if "consistency" in _table_columns(source):
                 scores = ev.read_scores(source, ["consistency"])
             else:
-                from fastuq.gate import corpus_consistency
+                from fastuq.decisions.consistency import corpus_consistency
 
                 scores = corpus_consistency(source, chunk_rows=args.chunk_rows)
             args.higher_passes = True
@@ -165,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
         elif args.skipped:
             raise ValueError("--skipped only applies with --scores")
         joined = ev.join_labels(labels, scores)
-        from fastuq.gate import calibrate_threshold
+        from fastuq.decisions.threshold import calibrate_threshold
 
         values = joined[args.score].cast(float).fill_null(math.nan).to_numpy()
         gate = calibrate_threshold(values, joined["correct"].to_numpy(), args.alpha,

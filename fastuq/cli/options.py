@@ -236,7 +236,7 @@ def sauce_overrides(args: argparse.Namespace
         if params:
             raise ValueError(f"--params and {'/'.join(map(flag, SAUCE_NAMES))} exclude each "
                              "other")
-        from fastuq.fit import per_parameter
+        from fastuq.evaluation.fit import per_parameter
 
         params = per_parameter(per_protocol)
     extra = parse_params(getattr(args, "param", None) or [])
@@ -334,7 +334,7 @@ def load_data(prog: str, args: argparse.Namespace, source: Path, skipped: list[S
     """``load_sauce_data`` for ``fit`` and ``sweep`` with their progress, skip and
     observation-noise options; with ``--on-error skip`` the skipped records are written and
     reported. Returns ``(data, path of the skipped list or None)``."""
-    from fastuq.sweeps import load_sauce_data
+    from fastuq.evaluation.sauce_data import load_sauce_data
 
     with Progress(args.progress) as bar:
         data = load_sauce_data(source, protocol=args.protocol, dtype=args.dtype,
@@ -369,7 +369,7 @@ def load_params(args: argparse.Namespace) -> dict[str, dict[str, float]] | None:
     """``--params`` read and checked (:func:`fastuq.fit.load_params`), or None."""
     if not getattr(args, "params", None):
         return None
-    from fastuq.fit import load_params as load
+    from fastuq.evaluation.fit import load_params as load
 
     return load(args.params)
 

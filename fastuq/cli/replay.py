@@ -1,5 +1,5 @@
 """``fastuq replay``: what stopping and routing policies would have cost and gained on saved
-full-length debates (:func:`fastuq.replay.replay`).
+full-length debates (:func:`fastuq.decisions.replay.replay`).
 
 Exit status: 0 on success, 2 on bad input (a bad record, a debate without a reference unless
 ``--on-error skip``) or a refused output.
@@ -19,7 +19,7 @@ from fastuq.cli import positive_int
 def grid(text: str) -> list[float]:
     """argparse type: ``LO:HI:N`` (N evenly spaced values, ends included), a comma list or
     one number (:func:`fastuq.sweeps.parse_values`, as ``fastuq sweep`` reads its grids)."""
-    from fastuq.sweeps import parse_values
+    from fastuq.evaluation.sweeps import parse_values
 
     try:
         return parse_values(text)
@@ -88,7 +88,7 @@ def add_parser(sub) -> None:
 
 
 def _policies(args: argparse.Namespace):
-    from fastuq.replay import Policy
+    from fastuq.decisions.replay import Policy
 
     names = [x.strip() for item in (args.policy or ["fixed,uaad"]) for x in item.split(",")]
     thresholds = None
@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
     if rc is not None:
         return rc
     try:
-        from fastuq.replay import plot_replay, replay
+        from fastuq.decisions.replay import plot_replay, replay
 
         if args.plot:
             try:

@@ -73,7 +73,8 @@ def add_parser(sub) -> None:
 def _grid(args: argparse.Namespace) -> tuple[dict[str, list[float]] | None, list[str]]:
     """The sweep grid and its log axes from ``--sweep``/``--grid``/``--log`` (None: no
     sweep); ValueError for a malformed or repeated entry or an unknown name."""
-    from fastuq.sweeps import PARAMS, parse_values
+    from fastuq.evaluation.sauce_data import PARAMS
+    from fastuq.evaluation.sweeps import parse_values
 
     if not args.sweep and not args.grid:
         if args.log:
@@ -129,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
             from fastuq.engine.runtime import use_cpu_devices
 
             use_cpu_devices(None, strict=False)
-        from fastuq.report import write_report
+        from fastuq.evaluation.report import write_report
 
         report = write_report(
             source, out, methods=args.method or "all", name=args.name, title=args.title,

@@ -124,10 +124,10 @@ def _option_problem(args: argparse.Namespace) -> str | None:
         return "--pack applies to the local engine (--engine ray workers pack on the host)"
     if args.engine == "ray" and args.processes is not None:
         return "--processes is not used with --engine ray (each worker checks its chunks)"
-    from fastuq.engine.scoring import _method_list
+    from fastuq.engine.scoring import method_list
 
     try:
-        _method_list(args.method)
+        method_list(args.method)
     except ValueError as exc:
         return f"--method: {exc}"
     return None
@@ -137,9 +137,9 @@ def _check_param_values(args: argparse.Namespace, params: dict) -> None:
     """The estimator parameters' names and values, before anything is read (a parameter
     error is a usage error: exit 2, not a failed run)."""
     from fastuq.engine.registry import check_params
-    from fastuq.engine.scoring import _method_list
+    from fastuq.engine.scoring import method_list
 
-    names = _method_list(args.method)
+    names = method_list(args.method)
     given = dict(params)
     if args.confidence is not None:
         given.setdefault("confidence", args.confidence)

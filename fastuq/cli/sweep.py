@@ -50,7 +50,7 @@ def add_parser(sub) -> None:
 
 
 def _grid(args: argparse.Namespace) -> dict[str, list[float]]:
-    from fastuq.sweeps import parse_values
+    from fastuq.evaluation.sweeps import parse_values
 
     names = list(cs.SAUCE_NAMES)
     unknown = [n for n in args.log if n.replace("-", "_") not in names]
@@ -82,8 +82,8 @@ def run(args: argparse.Namespace) -> int:
     """Run ``fastuq sweep``; returns the exit status."""
     import time
 
+    from fastuq.evaluation.sweeps import heatmap, sweep
     from fastuq.io.writers import atomic_write_parquet, cli_check_outputs
-    from fastuq.sweeps import heatmap, sweep
 
     prog = "fastuq sweep"
     source = cs.corpus_source(prog, args)

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from fastuq.engine.errors import RecordError
+from fastuq.engine.device_pack import resolve_pack
+from fastuq.errors import RecordError
 from fastuq.io.arrow_lists import combined
 from fastuq.io.pack import pack_lists, pack_nodes
 
@@ -72,8 +73,6 @@ class Batch:
         processes: int | None = None,
         pack: str = "host",
     ) -> None:
-        from fastuq.engine.device_pack import resolve_pack
-
         self.table = table
         self.source = source
         self.row0 = row0

@@ -35,12 +35,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fastuq.engine.device_array import DeviceArray
+from fastuq.engine.runtime import bucket_size, local_devices, x64_scope
 from fastuq.io.arrow_lists import combined, list_lengths
 from fastuq.io.arrow_lists import offsets as offsets_of
 
-__all__ = ["KERNEL_CHUNK", "PACKS", "DeviceArray", "agreement_from_codes", "checked_rounds",
-           "default_dtype", "on_gpu", "pack_flat", "pack_lists", "resolve_pack",
-           "round_flags"]
+__all__ = ["KERNEL_CHUNK", "PACKS", "ROUND_FILL", "DeviceArray", "agreement_from_codes",
+           "checked_rounds", "default_dtype", "on_gpu", "pack_flat", "pack_lists",
+           "resolve_pack", "round_flags"]
 
 #: What ``pack=`` accepts: ``"auto"`` (on the device when the kernels run on a GPU, else on
 #: the host), ``"host"`` or ``"device"``.
@@ -56,6 +58,9 @@ MAX_TABLE = 1 << 22
 #: Up to this many slots per round, votes are counted by slot comparisons (as the host's
 #: ``_PAIRWISE_MAX_SLOTS``); wider rounds are sorted.
 PAIRWISE_MAX_SLOTS = 16
+#: The padding of the per-round inputs packed here (agreement, token entropy): the ``fill``
+#: that :data:`fastuq.engine.inputs.INPUTS` declares for them (it reads it from here).
+ROUND_FILL = 0.0
 
 
 # ------------------------------------------------------------------------------ choosing
@@ -65,7 +70,6 @@ def on_gpu() -> bool:
     """Whether the kernels run on a GPU: the first device of
     :func:`fastuq.engine.runtime.local_devices` (the platform of ``device_scope``, else
     JAX's default backend)."""
-    from fastuq.engine.runtime import local_devices
 
     return local_devices()[0].platform == "gpu"
 
@@ -104,50 +108,6 @@ def default_dtype(dtype: str | np.dtype | type | None) -> np.dtype:
 
 
 # ------------------------------------------------------------------------------ arrays
-
-
-class DeviceArray:
-    """A packed input on the device, padded on its batch axis to the kernel's bucket.
-
-    ``padded`` is the device array (``[T, n_padded]`` for a per-round input); ``n`` the
-    trajectories it holds, ``axis`` its batch axis. :func:`numpy.asarray` gives the
-    unpadded host array (``[T, n]``), the one the host path builds; :attr:`shape` is that
-    array's shape. :func:`~fastuq.engine.runtime.run_bucketed` hands ``padded`` to a kernel
-    as it is.
-    """
-
-    __slots__ = ("axis", "n", "padded")
-
-    def __init__(self, padded, n: int, axis: int = 1) -> None:
-        self.padded, self.n, self.axis = padded, int(n), int(axis)
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        shape = list(self.padded.shape)
-        shape[self.axis] = self.n
-        return tuple(shape)
-
-    @property
-    def ndim(self) -> int:
-        return self.padded.ndim
-
-    @property
-    def dtype(self) -> np.dtype:
-        return np.dtype(self.padded.dtype)
-
-    def fits(self, n: int, width: int) -> bool:
-        """Whether it is the ``n`` trajectories padded to ``width`` (one kernel bucket)."""
-        return self.n == n and self.padded.shape[self.axis] == width
-
-    def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        host = np.asarray(self.padded)
-        index = [slice(None)] * host.ndim
-        index[self.axis] = slice(0, self.n)
-        out = host[tuple(index)]
-        return out if dtype is None else out.astype(dtype)
-
-    def __repr__(self) -> str:
-        return f"DeviceArray(shape={self.shape}, dtype={self.dtype}, padded={self.padded.shape})"
 
 
 def _pow2(n: int, least: int = MIN_FLAT) -> int:
@@ -325,7 +285,6 @@ def _put(*arrays: np.ndarray):
     """``arrays`` on the kernels' first device (one transfer each)."""
     import jax
 
-    from fastuq.engine.runtime import local_devices
 
     device = local_devices()[0]
     return tuple(jax.device_put(a, device) for a in arrays)
@@ -335,7 +294,6 @@ def _n_padded(n: int, t_max: int) -> int:
     """The kernel's bucket for ``n`` trajectories of up to ``t_max`` rounds split over the
     kernels' devices (what :func:`~fastuq.engine.runtime.run_bucketed` pads a ``[T, N]``
     input to)."""
-    from fastuq.engine.runtime import bucket_size, local_devices
 
     return bucket_size(n, KERNEL_CHUNK, devices=len(local_devices()), elements=t_max)
 
@@ -358,7 +316,6 @@ def pack_flat(values: np.ndarray, offsets: np.ndarray, *, dtype: np.dtype | type
       ``T`` the longest trajectory and ``n_padded`` the kernel bucket of ``N``;
       ``np.asarray`` of each equals ``pack_offsets(values, offsets, dtype=dtype)``.
     """
-    from fastuq.engine.runtime import x64_scope
 
     dtype = np.dtype(dtype)
     offs = np.asarray(offsets, np.int64)
@@ -396,7 +353,6 @@ def round_flags(a: DeviceArray, mask: DeviceArray) -> np.ndarray:
     """``[2]`` bool on the host: (a trajectory has no executed round, an executed agreement
     is missing or outside [0, 1]): where :func:`~fastuq.engine.inputs.validate_rounds`
     would raise."""
-    from fastuq.engine.runtime import x64_scope
 
     with x64_scope(a.dtype):
         return np.asarray(_jitted("flags")(a.padded, mask.padded, np.int32(a.n)))
@@ -436,7 +392,6 @@ def agreement_from_codes(
       ValueError: more slots or rounds than int32 offsets hold, or teams too large for the
         lookup table (:data:`MAX_TABLE`); the caller packs on the host then.
     """
-    from fastuq.engine.runtime import x64_scope
 
     dtype = np.dtype(dtype)
     slots = np.asarray(slots, np.int64)
@@ -481,16 +436,14 @@ def agreement_from_codes(
 def _agreement_device(batch) -> tuple[DeviceArray, DeviceArray] | None:
     """Agreement and its round mask of ``batch`` packed on the device, or ``None`` where a
     check fails (or the chunk cannot be packed there)."""
-    from fastuq.engine.inputs import INPUTS
-
-    pad = float(INPUTS["agreement"].fill)
+    pad = ROUND_FILL
     if batch._present("agreement"):
         flat = _list_flat(batch.column("agreement"))
         if flat is None:
             return None
         a, mask = pack_flat(*flat, dtype=batch.dtype, pad=pad)
     else:
-        from fastuq.signals import _n_agents, answer_votes
+        from fastuq.signals import answer_votes, read_n_agents
 
         answers, classes = batch.vote_classes()
         answers = combined(answers)
@@ -500,7 +453,7 @@ def _agreement_device(batch) -> tuple[DeviceArray, DeviceArray] | None:
         vote = answer_votes(pc.list_flatten(per_round))
         codes = np.where(vote & (classes >= 0), classes, -1)
         n_agents = batch.column("n_agents") if batch._present("n_agents") else None
-        team, known = _n_agents(n_agents, batch.n)  # the host's reading of n_agents
+        team, known = read_n_agents(n_agents, batch.n)  # the host's reading of n_agents
         a, mask, flags, _ = agreement_from_codes(codes, slots, rounds, team, known,
                                                  dtype=batch.dtype, pad=pad)
         if flags.any():
@@ -513,10 +466,7 @@ def _agreement_device(batch) -> tuple[DeviceArray, DeviceArray] | None:
 def _entropy_device(batch, a: DeviceArray, mask: DeviceArray) -> DeviceArray | None:
     """Token entropy of ``batch`` on the device, checked against agreement's rounds, or
     ``None`` where a check fails."""
-    from fastuq.engine.inputs import INPUTS
-    from fastuq.engine.runtime import x64_scope
-
-    pad = float(INPUTS["token_entropy"].fill)
+    pad = ROUND_FILL
     if batch._present("token_entropy"):
         col = batch.column("token_entropy")
     elif batch._present("topk_logprobs"):

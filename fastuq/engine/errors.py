@@ -1,23 +1,5 @@
-"""The error a bad record raises: a ValueError that also says which row of its chunk."""
+"""The error types, kept importable here for compatibility: they live in :mod:`fastuq.errors`."""
 
-from __future__ import annotations
+from fastuq.errors import RecordError, TooManySkipped
 
 __all__ = ["RecordError", "TooManySkipped"]
-
-
-class RecordError(ValueError):
-    """A malformed or out-of-range record.
-
-    ``row`` is the record's index within the chunk (table or batch) being checked, so that a
-    caller that asked to skip bad records can drop it and go on; the message names the
-    source, row, trajectory and field for people.
-    """
-
-    def __init__(self, message: str, row: int | None = None) -> None:
-        super().__init__(message)
-        self.row = row
-
-
-class TooManySkipped(ValueError):
-    """A run with ``on_error="skip"`` that skipped every record, or more than the fraction
-    allowed: the skip list is written, the scores file is not."""

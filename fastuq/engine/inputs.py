@@ -8,7 +8,7 @@ only those. With ``Batch(pack="device")`` the per-round inputs (``agreement``,
 (:mod:`fastuq.engine.device_pack`) and returned as
 :class:`~fastuq.engine.device_pack.DeviceArray` s; a chunk whose checks fail there is built
 here on the host, which raises the error. Every builder raises
-:class:`~fastuq.engine.errors.RecordError` naming the trajectory, round, agent and field of
+:class:`~fastuq.errors.RecordError` naming the trajectory, round, agent and field of
 the first bad value, so a kernel never sees one.
 
 ==================  ==============  =====================================================
@@ -71,9 +71,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from fastuq.engine.batch import Batch
-from fastuq.engine.errors import RecordError
+from fastuq.engine.device_pack import ROUND_FILL, checked_rounds
+from fastuq.errors import RecordError
 
 __all__ = [
+    "CONFIDENCES",
     "INPUTS",
     "PackedInput",
     "columns_for",
@@ -81,6 +83,11 @@ __all__ = [
     "validate_rounds",
     "vote_team_sizes",
 ]
+
+
+#: The kinds of node confidence :func:`node_confidence` builds (the ``confidence`` parameter
+#: of the estimators that read ``node_confidence``; :mod:`fastuq.engine.registry` declares it).
+CONFIDENCES = ("msp", "mean_logprob", "neg_entropy")
 
 
 @dataclass(frozen=True)
@@ -213,8 +220,6 @@ def node_confidence(batch: Batch, kind: str = "msp") -> tuple[np.ndarray, np.nda
     Raises ValueError naming trajectory, round, agent and field for a NaN, positive
     log-probability, negative entropy or token count below 1 at a valid node.
     """
-    from fastuq.engine.registry import CONFIDENCES
-
     if kind not in CONFIDENCES:
         raise ValueError(f"confidence must be one of {CONFIDENCES}, got {kind!r}")
     done = _checked(batch)
@@ -293,8 +298,6 @@ def _on_device(ctx: Context, name: str):
     (:func:`fastuq.engine.device_pack.checked_rounds`), or ``None``: build it on the host."""
     if not ctx.batch.device_pack:
         return None
-    from fastuq.engine.device_pack import checked_rounds
-
     return checked_rounds(ctx.batch, name)
 
 
@@ -507,13 +510,13 @@ def _confidence_available(batch: Batch, packing: Mapping[str, object]) -> bool:
 
 INPUTS: Mapping[str, PackedInput] = {
     item.name: item for item in (
-        PackedInput("agreement", 1, 0.0, _cols("agreement", "n_agents"),
+        PackedInput("agreement", 1, ROUND_FILL, _cols("agreement", "n_agents"),
                     _cols("answers", "n_agents"), _has("agreement"), _agreement,
                     "agreement (or answers)"),
         PackedInput("round_mask", 1, False, _cols("agreement"), _cols("answers"),
                     _has("agreement"), _round_mask,
                     "agreement"),
-        PackedInput("token_entropy", 1, 0.0, _cols("token_entropy"), _cols("topk_logprobs"),
+        PackedInput("token_entropy", 1, ROUND_FILL, _cols("token_entropy"), _cols("topk_logprobs"),
                     _has("token_entropy"), _token_entropy,
                     "token_entropy (or topk_logprobs, or --observation-noise)"),
         PackedInput("team_size", 0, 0.0, _cols("n_agents"), _cols(),

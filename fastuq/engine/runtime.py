@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fastuq.engine.device_array import DeviceArray
+
 __all__ = ["DEVICES", "available_cpus", "bucket_size", "cgroup_cpu_limit", "device_scope",
            "device_split", "in_context", "local_devices", "record_splits", "scoped_platform",
            "tune_allocator", "use_cpu_devices", "x64_scope"]
@@ -600,7 +602,7 @@ def run_bucketed(
         axis 0 (``[N]``) or axis 1 (``[T, N, ...]``).
       batched: ``(array, batch_axis, pad_fill)`` per positional argument; a 0-d array (a
         scalar parameter) is passed as it is, and so is a
-        :class:`~fastuq.engine.device_pack.DeviceArray` already padded to the bucket (any
+        :class:`~fastuq.engine.device_array.DeviceArray` already padded to the bucket (any
         other is brought to the host, unpadded, and padded as a NumPy array).
       n: trajectories; dtype: the float dtype (float64 runs under a scoped x64).
       chunk_size: largest chunk; smaller ones are padded to a power of two of at least
@@ -611,7 +613,6 @@ def run_bucketed(
     """
     import jax
 
-    from fastuq.engine.device_pack import DeviceArray
 
     devices = local_devices()
     ndev = len(devices)

@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from fastuq.engine.errors import RecordError
 from fastuq.engine.inputs import validate_rounds
 from fastuq.engine.registry import SAUCE_PRESETS, get_estimator
 from fastuq.engine.registry import finite as _finite
 from fastuq.engine.runtime import device_scope, run_bucketed
+from fastuq.errors import RecordError
 from fastuq.io.pack import pack_ragged
 from fastuq.kernels.constants import ENTROPY_FLOOR, GAIN_EPS, VARIANCE_FLOOR
 

@@ -14,10 +14,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fastuq.engine.batch import Batch
-from fastuq.engine.errors import RecordError, TooManySkipped
 from fastuq.engine.inputs import INPUTS, columns_for
 from fastuq.engine.registry import ESTIMATORS, check_params, get_estimator
 from fastuq.engine.runner import run_estimator
+from fastuq.errors import RecordError, TooManySkipped
 from fastuq.io.arrow_lists import combined
 from fastuq.io.writers import (
     AtomicParquetWriter,
@@ -26,7 +26,9 @@ from fastuq.io.writers import (
     check_outputs,
 )
 
-__all__ = ["ScoreReport", "available_methods", "iter_scores", "score", "score_file"]
+__all__ = ["CHECKED_NODE_COLUMNS", "ScoreReport", "SeenIds", "available_methods",
+           "corpus_columns", "iter_scores", "make_batch", "method_list", "resolve_once",
+           "score", "score_file", "score_table", "skip_bad_rows", "structural_problems"]
 
 
 @dataclass
@@ -69,12 +71,12 @@ _ALWAYS = ("question_id", "protocol", "correct", "agreement", "token_entropy", "
 #: ``topk_logprobs``) and ``texts`` are read only when a method uses them: they are often
 #: 10-100x larger than everything else together, and reading them for a check alone would
 #: break the memory bound of a chunk.
-_CHECKED_NODE_COLUMNS = ("answers", "seq_logprob", "n_tokens", "belief", "answer_logprob",
-                         "predecessors", "active")
+CHECKED_NODE_COLUMNS = ("answers", "seq_logprob", "n_tokens", "belief", "answer_logprob",
+                        "predecessors", "active")
 CHECKS = ("corpus", "used")
 
 
-def _method_list(methods: str | Sequence[str]) -> list[str]:
+def method_list(methods: str | Sequence[str]) -> list[str]:
     """Estimator names, checked: none empty, none twice, each registered (or ``["all"]``)."""
     items = ([m.strip() for m in methods.split(",")] if isinstance(methods, str)
              else [str(m).strip() for m in methods])
@@ -121,7 +123,7 @@ def _available_columns(source, candidates: Sequence[str] | None = None) -> set[s
     return names
 
 
-def _columns_for(
+def corpus_columns(
     methods: str | Sequence[str], params: Mapping[str, object], source=None,
     check: str = "corpus",
 ) -> list[str] | None:
@@ -129,12 +131,12 @@ def _columns_for(
     estimator reads); with ``check="corpus"`` also the node columns every record is checked
     against. Columns no method reads (the per-token ``token_logprobs``, ``texts``, ...) are
     not read, under ``"all"`` either: they can be most of a corpus's bytes."""
-    methods = _method_list(methods)
+    methods = method_list(methods)
     if "all" in methods:
         methods = list(ESTIMATORS)
     cols = set(_ALWAYS)
     if check == "corpus":
-        cols.update(_CHECKED_NODE_COLUMNS)
+        cols.update(CHECKED_NODE_COLUMNS)
     wanted = [(get_estimator(m), get_estimator(m).packing(params)) for m in methods]
     have: set[str] | None = set()
     derived = [INPUTS[i].columns(packing)[0] for est, packing in wanted
@@ -161,7 +163,7 @@ def left_out_methods(batch: Batch) -> dict[str, str]:
 
 def _resolve_methods(methods: str | Sequence[str], batch: Batch,
                      params: Mapping[str, object] | None = None) -> tuple[str, ...]:
-    methods = _method_list(methods)
+    methods = method_list(methods)
     if methods == ["all"]:
         found = available_methods(batch)
         if not found:
@@ -183,7 +185,7 @@ def _resolve_methods(methods: str | Sequence[str], batch: Batch,
     return tuple(methods)
 
 
-class _SeenIds:
+class SeenIds:
     """Trajectory ids seen so far, to find an id that repeats an earlier chunk's, exactly.
 
     Memory: 64-bit hashes with, beside each, its corpus row (uint32 while the corpus has
@@ -527,15 +529,18 @@ class Skipped:
     reason: str
 
 
-def _score_table(
+def score_table(
     table: pa.Table, chunk, rows: np.ndarray, resolved: tuple[str, ...] | None, *,
     methods, protocol, params, dtype, backend, observation_noise, math: bool = False,
     processes: int | None = None, info: dict | None = None, pack: str = "host",
 ) -> tuple[Batch, tuple[str, ...], dict[str, np.ndarray]]:
-    batch = _make_batch(table, chunk, rows, dtype=dtype, observation_noise=observation_noise,
-                        math=math, processes=processes, pack=pack)
-    resolved = _resolve_once(resolved, methods, batch, params, observation_noise, info,
-                                  protocol)
+    """Score one checked chunk: its :class:`Batch`, the methods to run (resolved on the first
+    chunk, then passed back in as ``resolved``) and ``{column: float64 scores}`` of every
+    estimator. The seam that the Ray runner (:mod:`fastuq.ray`) shares with :func:`score`."""
+    batch = make_batch(table, chunk, rows, dtype=dtype, observation_noise=observation_noise,
+                       math=math, processes=processes, pack=pack)
+    resolved = resolve_once(resolved, methods, batch, params, observation_noise, info,
+                            protocol)
     scores = {}
     for m in resolved:
         est = get_estimator(m)
@@ -546,8 +551,9 @@ def _score_table(
     return batch, resolved, scores
 
 
-def _make_batch(table, chunk, rows, *, dtype, observation_noise, math, processes,
-                pack: str = "host") -> Batch:
+def make_batch(table, chunk, rows, *, dtype, observation_noise, math, processes,
+               pack: str = "host") -> Batch:
+    """The :class:`Batch` of rows ``rows`` of a chunk read from ``chunk.source``."""
     return Batch(table, source=chunk.source, row0=chunk.source_row0, rows=rows,
                  dtype=np.dtype(dtype), observation_noise=observation_noise, math=math,
                  processes=processes, pack=pack)
@@ -586,8 +592,8 @@ def no_preset_methods(names: Sequence[str], batch: Batch, params: Mapping[str, o
     return out
 
 
-def _resolve_once(resolved, methods, batch: Batch, params, observation_noise,
-                  info: dict | None, protocol: str | None = None) -> tuple[str, ...]:
+def resolve_once(resolved, methods, batch: Batch, params, observation_noise,
+                 info: dict | None, protocol: str | None = None) -> tuple[str, ...]:
     """The methods to run (resolved on the first chunk), with the checks of options that
     would otherwise be ignored: parameters no method takes, and an observation noise on a
     corpus that has token entropy (or for methods that do not read it). ``methods="all"``
@@ -596,7 +602,7 @@ def _resolve_once(resolved, methods, batch: Batch, params, observation_noise,
     chunk (no preset, nothing given)."""
     if resolved is None:
         resolved = _resolve_methods(methods, batch, params)
-        if _method_list(methods) == ["all"]:
+        if method_list(methods) == ["all"]:
             check_params(params, resolved)
             no_preset = no_preset_methods(resolved, batch, params, protocol)
             resolved = tuple(m for m in resolved if m not in no_preset)
@@ -628,7 +634,7 @@ def _drop(table: pa.Table, rows: np.ndarray, bad: np.ndarray) -> tuple[pa.Table,
     return table.filter(pa.array(~bad)), rows[~bad]
 
 
-def _structural_problems(chunk, seen: _SeenIds):
+def structural_problems(chunk, seen: SeenIds):
     """Conform and check one chunk, collecting every bad row (run on the prefetch thread,
     so that it overlaps scoring the previous chunk): ``(chunk, table, problems)``."""
     rows = np.arange(chunk.source_row0, chunk.source_row0 + chunk.table.num_rows)
@@ -668,7 +674,7 @@ def check_chunk(table: pa.Table, source: str, rows: np.ndarray,
     return table, problems, ids
 
 
-def _skip_bad_rows(
+def skip_bad_rows(
     chunk, table: pa.Table, problems, resolved, skipped: list, *,
     methods, protocol, params, dtype, observation_noise, math, processes, info,
     pack: str = "host",
@@ -681,10 +687,10 @@ def _skip_bad_rows(
     source = chunk.source
     rows = problems.rows
     if table.num_rows:
-        batch = _make_batch(table, chunk, rows, dtype=dtype,
-                            observation_noise=observation_noise, math=math,
-                            processes=processes)
-        resolved = _resolve_once(resolved, methods, batch, params, observation_noise, info,
+        batch = make_batch(table, chunk, rows, dtype=dtype,
+                           observation_noise=observation_noise, math=math,
+                           processes=processes)
+        resolved = resolve_once(resolved, methods, batch, params, observation_noise, info,
                                   protocol)
         inputs = set()
         for m in resolved:
@@ -720,12 +726,12 @@ def score_checked_chunk(
     those the vectorized input checks find) are appended to ``skipped``, then the rest is
     scored; a record that a kernel still refuses is skipped too and the chunk scored again
     without it. Returns ``((batch, scores) or None when every row was skipped, methods)``.
-    ``kw``: the scoring options of :func:`_score_table`."""
-    table, rows, resolved = _skip_bad_rows(chunk, table, problems, resolved, skipped, **kw)
+    ``kw``: the scoring options of :func:`score_table`."""
+    table, rows, resolved = skip_bad_rows(chunk, table, problems, resolved, skipped, **kw)
     while table.num_rows:
         try:
-            batch, resolved, scores = _score_table(table, chunk, rows, resolved,
-                                                   backend=backend, **kw)
+            batch, resolved, scores = score_table(table, chunk, rows, resolved,
+                                                  backend=backend, **kw)
         except RecordError as exc:  # a problem the vectorized checks did not foresee
             if exc.row is None:
                 raise
@@ -845,10 +851,10 @@ def iter_scores(
     check_reading_options(on_error, skipped, observation_noise, check)
     dtype = default_dtype(dtype)
     pack = "device" if resolve_pack(pack, backend) else "host"
-    names = _method_list(methods)
+    names = method_list(methods)
     params = {k: v for k, v in (params or {}).items() if v is not None}
     check_params(params, None if names == ["all"] else names)
-    columns = _columns_for(methods, params, source, check)
+    columns = corpus_columns(methods, params, source, check)
     if columns is not None and extra_columns:
         columns = sorted(set(columns) | set(extra_columns))
     skip = on_error == "skip"
@@ -860,17 +866,17 @@ def iter_scores(
                              chunk_rows=chunk_rows, validate=not skip, conform=not skip)
     kept = None  # the columns scoring needs; the others were read to be checked only
     if columns is not None and check == "corpus":
-        kept = _columns_for(methods, params, source, "used")
+        kept = corpus_columns(methods, params, source, "used")
         kept = set(kept) | set(extra_columns) | {"trajectory_id"}
         if kept >= set(columns):
             kept = None
-    seen = _SeenIds()
+    seen = SeenIds()
     kw = dict(methods=methods, protocol=protocol, params=params, dtype=dtype,
               observation_noise=observation_noise, math=math, processes=processes, info=info,
               pack=pack)
     values = check == "corpus"  # every value of the checked columns, whichever methods run
     if skip:
-        stream = _prefetch(_with_value_problems(_structural_problems(chunk, seen), values)
+        stream = _prefetch(_with_value_problems(structural_problems(chunk, seen), values)
                            for chunk in reader)
     else:
         if values:
@@ -917,7 +923,7 @@ def _values_checked(chunk):
 
 
 def _with_value_problems(item, values: bool):
-    """:func:`_structural_problems`'s ``(chunk, table, problems)`` with the value problems of
+    """:func:`structural_problems`'s ``(chunk, table, problems)`` with the value problems of
     ``check="corpus"`` added to ``problems`` (``values``), for ``on_error="skip"``."""
     if values:
         from fastuq.engine.skip import column_problems
@@ -937,7 +943,7 @@ def _keep_columns(chunk, kept: set[str]):
     return chunk._replace(table=table.select([c for c in table.column_names if c in kept]))
 
 
-def _prepared(chunks: Iterator, seen: _SeenIds, *, methods, protocol, params, dtype,
+def _prepared(chunks: Iterator, seen: SeenIds, *, methods, protocol, params, dtype,
               backend, observation_noise, math, processes, info,
               batch_columns: Sequence[str] | None = None, pack: str = "host") -> Iterator:
     """``(batch, plans)`` per chunk, in order: the id check against earlier chunks, the
@@ -961,10 +967,10 @@ def _prepared(chunks: Iterator, seen: _SeenIds, *, methods, protocol, params, dt
                 f"{chunk.source}: row {int(rows[k])}: field trajectory_id: duplicate "
                 f"id {ids[k].as_py()!r} (first at {seen.where(int(first[k]))})", row=k)
         seen.add(ids, chunk.row0, chunk.source, chunk.source_row0)
-        batch = _make_batch(table, chunk, rows, dtype=dtype,
-                            observation_noise=observation_noise, math=math,
-                            processes=processes, pack=pack)
-        resolved = _resolve_once(resolved, methods, batch, params, observation_noise, info,
+        batch = make_batch(table, chunk, rows, dtype=dtype,
+                           observation_noise=observation_noise, math=math,
+                           processes=processes, pack=pack)
+        resolved = resolve_once(resolved, methods, batch, params, observation_noise, info,
                                   protocol)
         plans = []
         for m in resolved:
@@ -1078,7 +1084,7 @@ def _score_file(
         ``trajectory_id`` and ``reason``, to ``skipped_path`` (default:
         ``OUTPUT.skipped.jsonl``), and counted in the report. A run that skips every
         record, or more than ``max_skip_fraction`` of them, raises
-        :class:`~fastuq.engine.errors.TooManySkipped` (a ValueError) after writing the skip list,
+        :class:`~fastuq.errors.TooManySkipped` (a ValueError) after writing the skip list,
         and writes no scores.
       math, processes: see :func:`iter_scores`.
       progress: called as ``progress(rows_done, rows_total_or_None)`` after each chunk.
@@ -1173,7 +1179,7 @@ def _score_file(
             raise TooManySkipped(f"{too_many}; no scores written; the skipped records and "
                                  f"their reasons are listed in {side}")
         if writer is None:  # no record scored: still write the (empty) output
-            names = [m for m in _method_list(methods) if m != "all"]
+            names = [m for m in method_list(methods) if m != "all"]
             report.methods = tuple(names)
             schema = pa.schema([("trajectory_id", pa.string())]
                                + [(m, pa.float64()) for m in names])

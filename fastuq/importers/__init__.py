@@ -47,11 +47,11 @@ from pathlib import Path
 import pyarrow as pa
 
 from fastuq.answers.check import (
-    _require_math_verify,
     check_answers,
     math_verdicts,
     process_pool,
     recording_pairs,
+    require_math_verify,
     seeded_verdicts,
 )
 from fastuq.importers.agora import parse_agora_file
@@ -283,7 +283,7 @@ def _import(fmt: str, paths: PathsLike, math: bool, processes: int | None,
     if skipped is not None and on_error != "skip":
         raise ValueError("skipped (the list of skipped records) needs on_error='skip'")
     if math:
-        _require_math_verify()
+        require_math_verify()
     files = _files(fmt, paths, options)
     groups = {fmt: files}
     return _import_groups(groups, file_names(files), math, processes, progress,

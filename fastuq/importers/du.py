@@ -26,7 +26,7 @@ import re
 from functools import partial
 from pathlib import Path
 
-from fastuq.answers.extract import _last_boxed
+from fastuq.answers.extract import last_boxed
 from fastuq.importers.common import (
     ParsedRecord,
     chat_history,
@@ -49,7 +49,7 @@ def parse_gold(gold: str | int | float) -> str:
     text = gold.strip()
     if "####" in text:
         return text.rsplit("####", 1)[1].strip().replace(",", "")
-    boxed = _last_boxed(text)
+    boxed = last_boxed(text)
     if boxed is not None:
         return boxed
     m = _CHOICE.match(text)

@@ -60,7 +60,7 @@ filter keeps it as a candidate that never matches the gold). It is **not** the a
 debate agreed on: a debate stops once two consecutive turns agree, and the earlier turns
 still vote, so turns ``A, B, A, C, C`` agree on ``C`` but FORD's rule gives ``A`` (two votes
 each, ``A`` stated first). Replay gives this ``final_answer`` at the last round
-(:mod:`fastuq.replay`), so its full-debate accuracy is FORD's.
+(:mod:`fastuq.decisions.replay`), so its full-debate accuracy is FORD's.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fastuq.engine.errors import RecordError
+from fastuq.errors import RecordError
 from fastuq.io.arrow_lists import combined as _combined
 from fastuq.io.arrow_lists import list_lengths as _lengths
 from fastuq.io.arrow_lists import parents as _parents

@@ -97,7 +97,7 @@ def rank_metrics_device(labels, x, which: Sequence[str] = ("auroc", "auarc")) ->
         finite = np.asarray(finite)
     # the final ratios on the host, written as the host engine writes them (same bits from
     # the same exact integers for AUROC)
-    from fastuq.metrics.rank import _harmonic
+    from fastuq.metrics.rank import harmonic_numbers
 
     res: dict[str, np.ndarray] = {}
     if "auarc" in which:
@@ -107,6 +107,6 @@ def rank_metrics_device(labels, x, which: Sequence[str] = ("auroc", "auarc")) ->
             s2 = sums["s2"].astype(np.float64)
             res["auroc"] = (2.0 * p * n - s2 - p * (p + 1.0)) / (2.0 * p * (n - p))
         if "prr" in which:
-            h = _harmonic(n)[0]
+            h = harmonic_numbers(n)[0]
             res["prr"] = (sums["u"] - p) / (p * h[p])
     return {m: res[m] if m in res else np.full(g, np.nan) for m in which}, finite

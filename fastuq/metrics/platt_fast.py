@@ -12,7 +12,7 @@ columns (``N >=`` :data:`fastuq.metrics.platt.FAST_MIN_ROWS`):
 * **Moments.** Each fit's training mean and population standard deviation come from
   per-segment sums, means and centred squares (Chan's parallel formula), and its extremes
   from per-segment extremes (one value: mean = that value, scale 1, as StandardScaler).
-* **Newton's method** (:func:`fastuq.metrics.platt.newton_fits`, as the matrix path: a
+* **Newton's method** (:func:`fastuq.metrics.newton.newton_fits`, as the matrix path: a
   closed-form 2x2 solve, step halving when the objective rises) runs in two stages: first
   on every ``s``-th row of the fold-ordered column (about :data:`WARM_ROWS` rows, penalty
   scaled by the fraction), a starting point a few 1e-3 from the optimum; then on all rows,
@@ -45,11 +45,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from fastuq.metrics.platt import (
-    _MAX_ITER,
+from fastuq.metrics.newton import (
+    MAX_ITER,
     PlattConvergenceWarning,
-    _sigmoid,
     newton_fits,
+    stable_sigmoid,
     unconverged,
 )
 
@@ -186,7 +186,7 @@ def _programs(block: int, nf: int, n_bins: int) -> tuple[Callable, Callable]:
                 z = (x - mean[k]) / scale[k]
                 t = v[k] * z + b[k]
                 sp = jnp.maximum(t, 0.0) + jnp.log1p(jnp.exp(-jnp.abs(t)))
-                p = jnp.exp(t - sp)  # sigmoid(t), as fastuq.metrics.platt._sigmoid
+                p = jnp.exp(t - sp)  # sigmoid(t), as fastuq.metrics.newton.stable_sigmoid
                 d = p - y
                 # ECE bins as fastuq.metrics.ece.bin_index: floor(p n), moved across an
                 # edge i / n_bins where rounding put p on the wrong side of it.
@@ -293,7 +293,7 @@ def _one_column(
         t = (xs - mean[seg]) / scale[seg]
         t *= v[seg]
         t += b[seg]
-        prob[layout.perm] = _sigmoid(t)
+        prob[layout.perm] = stable_sigmoid(t)
     return prob, float(brier) / layout.n, ece, np.asarray(done, bool)
 
 
@@ -339,7 +339,7 @@ def platt_columns(
     failed = ~np.column_stack([r[3] for r in results]) if results else np.zeros((0, 0), bool)
     if failed.any():
         warnings.warn(
-            f"Platt scaling: Newton's method did not converge in {_MAX_ITER} iterations for "
+            f"Platt scaling: Newton's method did not converge in {MAX_ITER} iterations for "
             f"{int(failed.sum())} (fold, column) fits: {unconverged(failed)} (separable "
             f"scores with C=None?)",
             PlattConvergenceWarning,

@@ -70,6 +70,7 @@ import numpy as np
 
 __all__ = [
     "BLOCK_ELEMENTS",
+    "harmonic_numbers",
     "FAST_MIN_ROWS",
     "RANK_METRICS",
     "NonFiniteScoreError",
@@ -115,7 +116,7 @@ def harmonic_tail(n: int) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=16)
-def _harmonic(n: int) -> tuple[np.ndarray, np.ndarray]:
+def harmonic_numbers(n: int) -> tuple[np.ndarray, np.ndarray]:
     """``(h [n], H [n + 1])`` float64, read-only (cached per ``n``): the harmonic tail
     (:func:`harmonic_tail`) and its prefix sums ``H[j] = sum_{i<j} h[i]``."""
     h = harmonic_tail(n)
@@ -197,7 +198,7 @@ def _metrics_from_sorted(
     cb, n = ys.shape
     out: dict[str, np.ndarray] = {}
     if n:
-        h, hcum = _harmonic(n)
+        h, hcum = harmonic_numbers(n)
         j = np.flatnonzero(ys)
         p = j.size // cb
         j = j.reshape(cb, p)  # [cb, P] positions of the correct rows

@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fastuq.engine.errors import RecordError
+from fastuq.errors import RecordError
 from fastuq.io.arrow_lists import (
     combined,
     list_array,
@@ -39,6 +39,7 @@ from fastuq.signals.final import final_answer_slot
 
 __all__ = [
     "LogprobStats",
+    "read_n_agents",
     "add_signals",
     "agreement_from_answers",
     "answer_votes",
@@ -108,8 +109,11 @@ class _Names:
         return f"trajectory {self.ids[int(i)].as_py()!r} (row {i})"
 
 
-def _n_agents(n_agents: int | ArrayLike | None, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(per trajectory team size int64, known bool); unknown sizes fall back per round."""
+def read_n_agents(n_agents: int | ArrayLike | None, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``n_agents`` read per trajectory: ``(team size int64 [N], known bool [N])`` from an
+    int, an array or an Arrow column (null: unknown, size 0); an unknown size falls back,
+    per round, to the answers given (:func:`agreement_from_answers`). ValueError for a
+    shape other than ``[N]`` or non-integer values."""
     if n_agents is None:
         return np.zeros(n, np.int64), np.zeros(n, bool)
     if isinstance(n_agents, (int, np.integer)) and not isinstance(n_agents, bool):
@@ -257,7 +261,7 @@ def agreement_from_answers(
     rnd = _Level(rec.values, "answers", 2)
     vals = rnd.values
     n_rounds = rnd.lengths.size
-    team, known = _n_agents(n_agents, n)
+    team, known = read_n_agents(n_agents, n)
     denom = np.where(known[rec.parent], team[rec.parent], rnd.lengths)
     has_rounds = rec.lengths > 0
     bad = known & has_rounds & (team <= 0)

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fastuq.engine.errors import RecordError
+from fastuq.errors import RecordError
 from fastuq.io.arrow_lists import combined, list_lengths, offsets
 
 __all__ = ["STEP_COLUMNS", "pack_steps"]

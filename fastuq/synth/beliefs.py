@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fastuq.io.arrow_lists import combined, list_lengths, offsets
+from fastuq.synth.rollouts import corpus, corpus_chunks
 
 __all__ = ["STREAM", "add_beliefs", "corpus_chunks_with_beliefs", "corpus_with_beliefs"]
 
@@ -122,8 +123,6 @@ def add_beliefs(table: pa.Table, *, seed: int = 0, chunk: int = 0) -> pa.Table:
 def corpus_chunks_with_beliefs(n: int, *, seed: int = 0, **kwargs) -> Iterator[pa.Table]:
     """:func:`fastuq.synth.corpus_chunks` (the same arguments) with :func:`add_beliefs`
     applied to chunk ``c`` as ``add_beliefs(chunk, seed=seed, chunk=c)``."""
-    from fastuq.synth import corpus_chunks
-
     for c, table in enumerate(corpus_chunks(n, seed=seed, **kwargs)):
         yield add_beliefs(table, seed=seed, chunk=c)
 
@@ -133,8 +132,6 @@ def corpus_with_beliefs(n: int, *, seed: int = 0, **kwargs) -> pa.Table:
     values) with a ``belief`` column: see :func:`add_beliefs`."""
     chunks = list(corpus_chunks_with_beliefs(n, seed=seed, **kwargs))
     if not chunks:
-        from fastuq.synth import corpus
-
         empty = corpus(0, seed=seed, **kwargs)
         return empty.add_column(empty.column_names.index("flags"), _field(),
                                 pa.array([], _field().type))

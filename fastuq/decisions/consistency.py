@@ -1,0 +1,656 @@
+"""The consistency gate's own score (DESIGN.md, "Consistency gate"): the agreement of a
+candidate answer with its ``k`` sampled answers, in [0, 1], for whole columns at once
+(:func:`consistency_scores`; :func:`corpus_consistency` reads a corpus's ``candidate`` and
+``samples``). Higher is more consistent: calibrate its threshold with
+:func:`fastuq.decisions.threshold.calibrate_threshold` and ``higher_passes=True``.
+
+Why one module over 600 lines: the score is one vectorized pipeline (last numbers by one
+Polars regex, tokens as integer ids from the UTF-8 bytes, pair counts by sorted merges on a
+thread pool) whose helpers exist only for it and share its byte-level constants; split, each
+part would import the other's private helpers. Importing it imports NumPy alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["consistency_scores", "corpus_consistency"]
+
+
+#: A number as the gate reads it (the *last* one in a text is its final answer).
+NUMBER = r"-?\d+(?:\.\d+)?"
+#: A token of the token sets: a run of lowercase letters or digits (after lowercasing).
+TOKEN = r"[a-z0-9]+"
+#: Whitespace as Python has it (``str.isspace``, which ``re``'s ``\s`` and ``str.strip``
+#: follow): the normalisation collapses runs of these, and a sample of nothing else is empty.
+WHITESPACE = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004"
+              "\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
+
+# The last NUMBER match of a text in one regex search (Rust regex through Polars; its \d is
+# Unicode's Nd, as in Python's re). NUMBER's matches, left to right, cut a chain D.D.D...
+# (digit runs D joined by single dots, not preceded by a digit or by "digit.") into pairs
+# "D.D" and a single last D when the chain has an odd number of runs; a "-" just before the
+# chain belongs to its first match only. So the text's last match is its last chain's last
+# run (odd count) or last two runs (even count), with the "-" when that match is the chain's
+# first. The pattern consumes the character before the chain (or starts at ^), so the chain
+# cannot start inside a longer one: group s is that "-", p the chain's leading pairs, l the
+# last match without its sign; no digit follows l. Checked against re.findall on 2e5 random
+# strings of digits, ".", "-", letters and whitespace (tests/test_gate.py runs a sample).
+_LAST_NUMBER = (r"(?:^|[^\d.\-]|(?:^|\D)\.|(?P<s>-))(?P<p>(?:\d+\.\d+\.)*)"
+                r"(?P<l>\d+(?:\.\d+)?)\D*$")
+
+# Byte classes of UTF-8 text. _SOLID: an ASCII byte that is not whitespace (a row starting or
+# ending with one is surely not empty after normalisation).
+_SOLID = np.ones(256, bool)
+_SOLID[[ord(c) for c in WHITESPACE if ord(c) < 128]] = False
+_SOLID[128:] = False
+_LOW_BYTES = np.array([(1 << (8 * i)) - 1 for i in range(8)] + [(1 << 64) - 1], np.uint64)
+_PAD = np.uint64((1 << 64) - 1)  # fills the rows of a pair matrix; no key is PAD or PAD - 1
+_U64 = np.dtype("<u8")
+_ONES = np.uint64(0x0101010101010101)
+_HIGHS = np.uint64(0x8080808080808080)
+_WORD_KEY = 0x9E3779B97F4A7C15  # word j of a long token is mixed with j * _WORD_KEY
+# Bytes of text per task of the token and pair computation: 256 KB was the fastest of 128 KB
+# to 4 MB on the 2-core bench machine (a task's arrays take some 30 times its text).
+_CHUNK_BYTES = 1 << 18
+# Rows per Polars frame of the last-number search.
+_NUMBER_ROWS = 1 << 18
+
+
+def consistency_scores(candidates: Any, samples: Any) -> np.ndarray:
+    r"""``[N]`` gate score in [0, 1] of each candidate against its samples (higher = more
+    consistent; pass iff ``score >= threshold``, so calibrate with ``higher_passes=True``).
+
+    Per sample (DESIGN.md, "Consistency gate"): 1.0 when the last numbers of candidate and
+    sample are equal (as numbers: ``3`` and ``3.0`` match) or their normalised texts are
+    equal (lowercased, runs of whitespace made one space, stripped); else the Jaccard index
+    of their token sets (tokens: runs of ``[a-z0-9]`` after lowercasing; a candidate without
+    tokens has index 0). The score is the mean over the *usable* samples (non-empty after
+    normalisation), clamped to [0, 1]; a candidate without a usable sample scores 0 (the
+    gate fails closed). Whitespace, lowercasing and ``\d`` are Python's (``str.isspace``,
+    ``str.lower``, ``re``): the values equal a per-item ``re`` / ``set`` implementation's
+    (tests/test_gate.py, bench/bench_gate.py), up to the Unicode versions of Python and of
+    Polars' Rust (lowercasing a text with no ASCII letter or digit in it, ``\d`` on digits
+    of scripts added after Unicode 14).
+
+    Vectorized over whole columns, no per-item Python loop:
+
+    * the last number of every text by one Polars regex search (``_LAST_NUMBER``), parsed as
+      float64 (NaN when there is none);
+    * tokens only for the samples that need a Jaccard index (usable, numbers unequal): the
+      UTF-8 bytes of those texts, back to back, classified in NumPy (a token byte is an
+      ASCII letter or digit; every other byte separates, as no other character lowercases to
+      one, except ``"\u0130"`` and ``"\u212a"``, whose texts are lowercased by Polars first).
+      A token of at most 8 bytes is its own id (its bytes, little-endian: exact); a longer
+      one gets a 61-bit hash of its bytes, flagged so it never equals a short token's id;
+    * per (candidate, sample) pair, the sample's token ids (tagged 1) and the candidate's
+      (tagged 0) in one row of a padded matrix, sorted along the row: equal tokens are then
+      adjacent, so ``|A u B|`` and ``|A n B|`` come from comparing neighbours. Samples run
+      in tasks of about ``_CHUNK_BYTES`` of text on a thread pool (NumPy releases the GIL),
+      each taken, tokenised and compared while in cache.
+
+    Exact except for a hash collision between two different tokens longer than 8 bytes
+    within one pair: treating the hash as random, with ``t`` such tokens in a pair the
+    probability is below ``t**2 / 2**62`` (for 1e7 pairs of 100 long tokens each, about
+    2e-8 that any pair in the corpus has one). Texts equal after normalisation but without
+    tokens (e.g. ``"?"`` and ``" ?"``) are compared as normalised strings (Polars).
+
+    Args:
+      candidates: ``[N]`` strings (a list, NumPy, Arrow or Polars array; null = empty).
+      samples: ``[N]`` lists of strings, ``k`` per item (ragged; a null list has no sample,
+        a null sample is unusable).
+
+    Returns:
+      ``[N]`` float64 scores.
+
+    Raises:
+      ValueError: candidates not strings, samples not lists of strings, or the two of
+        different lengths.
+    """
+    import pyarrow.compute as pc
+
+    cand = _strings(candidates, "candidates")
+    texts, item, n_lists = _sample_lists(samples)
+    n = len(cand)
+    if n_lists != n:
+        raise ValueError(f"samples has {n_lists} items for {n} candidates")
+    if n == 0:
+        return np.zeros(0)
+    if cand.null_count:
+        cand = pc.fill_null(cand, "")
+
+    usable = _usable(texts)  # [M]
+    s_num = np.full(len(texts), np.nan)
+    (c_num,) = _last_numbers(cand)  # [N]
+    ask = np.flatnonzero(usable & ~np.isnan(c_num[item]))  # a match is possible
+    if ask.size > 0.75 * len(texts):  # search them all rather than copy most of them
+        (s_num,) = _last_numbers(texts)
+    elif ask.size:
+        import pyarrow as pa
+
+        (s_num[ask],) = _last_numbers(texts.take(pa.array(ask)))
+    agree = np.zeros(len(texts))
+    match = usable & (s_num == c_num[item])  # NaN (no number) never matches
+    agree[match] = 1.0
+    need = np.flatnonzero(usable & ~match)  # samples that need a Jaccard index
+    if need.size:
+        agree[need] = _jaccard(cand, texts, item, need)
+    kept = np.flatnonzero(usable)
+    counts = np.bincount(item[kept], minlength=n)
+    sums = np.bincount(item[kept], weights=agree[kept], minlength=n)  # in sample order
+    mean = np.divide(sums, counts, out=np.zeros(n), where=counts > 0)
+    return np.clip(mean, 0.0, 1.0)
+
+
+def _strings(values: Any, name: str):
+    """``values`` as one Arrow large_string array; ValueError when they are not strings."""
+    import polars as pl
+    import pyarrow as pa
+
+    if isinstance(values, pl.Series):
+        values = values.to_arrow()
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if isinstance(values, pa.Array):
+        if pa.types.is_dictionary(values.type):
+            values = values.dictionary_decode()
+        t = values.type
+        if not (pa.types.is_string(t) or pa.types.is_large_string(t)
+                or pa.types.is_string_view(t) or pa.types.is_null(t)):
+            raise ValueError(f"{name} must be strings, got Arrow type {t}")
+        return values.cast(pa.large_string())
+    if isinstance(values, (str, bytes)):
+        raise ValueError(f"{name} must be a sequence of strings, got one string")
+    if isinstance(values, np.ndarray) and values.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {values.shape}")
+    try:
+        return pa.array(values, pa.large_string())
+    except (pa.ArrowException, TypeError, ValueError) as e:
+        raise ValueError(f"{name} must be strings (or None): {e}") from None
+
+
+def _sample_lists(samples: Any):
+    """``(texts [M] large_string, item [M] int64, N)``: the samples back to back, the item
+    each belongs to, and the number of lists; ValueError unless lists of strings."""
+    import polars as pl
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = pa.large_list(pa.large_string())
+    if isinstance(samples, pl.Series):
+        samples = samples.to_arrow()
+    if isinstance(samples, pa.ChunkedArray):
+        samples = samples.combine_chunks()
+    if isinstance(samples, pa.Array):
+        t = samples.type
+        if not ((pa.types.is_list(t) or pa.types.is_large_list(t)
+                 or pa.types.is_list_view(t) or pa.types.is_large_list_view(t))
+                and (pa.types.is_string(t.value_type) or pa.types.is_large_string(t.value_type)
+                     or pa.types.is_string_view(t.value_type)
+                     or pa.types.is_null(t.value_type))):
+            raise ValueError(f"samples must be lists of strings, got Arrow type {t}")
+        lists = samples  # flattened as it is (a cast of a list_view can come out invalid)
+    else:
+        if isinstance(samples, (str, bytes)):
+            raise ValueError("samples must be a sequence of lists of strings, got one string")
+        if isinstance(samples, np.ndarray) and samples.ndim == 2:
+            samples = samples.tolist()
+        if any(isinstance(s, (str, bytes)) for s in samples):
+            raise ValueError("samples must be lists of strings (one list per candidate), "
+                             "got a string where a list belongs")
+        try:
+            lists = pa.array(samples, kind)
+        except (pa.ArrowException, TypeError, ValueError) as e:
+            raise ValueError(f"samples must be lists of strings (or None): {e}") from None
+    texts = pc.list_flatten(lists).cast(pa.large_string())
+    item = pc.list_parent_indices(lists).to_numpy().astype(np.int64, copy=False)
+    return texts, item, len(lists)
+
+
+def _buffers(strings) -> tuple[np.ndarray, np.ndarray]:
+    """``(offsets [M+1] int64, data [B] uint8)`` of an Arrow large_string array: row ``i`` is
+    ``data[offsets[i]:offsets[i+1]]`` (garbage for a null row)."""
+    _, off_buf, data_buf = strings.buffers()
+    off = np.frombuffer(off_buf, np.int64, count=len(strings) + 1, offset=8 * strings.offset)
+    data = (np.frombuffer(data_buf, np.uint8) if data_buf is not None
+            else np.zeros(0, np.uint8))
+    return off, data
+
+
+def _usable(texts) -> np.ndarray:
+    """``[M]`` bool: not null and not empty after normalisation (some non-whitespace
+    character). Decided from the first and last byte where one is ASCII and not
+    whitespace; the rest by a Polars strip."""
+    import polars as pl
+
+    off, data = _buffers(texts)
+    valid = (np.ones(len(texts), bool) if texts.null_count == 0
+             else texts.is_valid().to_numpy(zero_copy_only=False))
+    out = valid & (off[1:] > off[:-1])
+    rows = np.flatnonzero(out)
+    sure = _SOLID[data[off[rows]]] | _SOLID[data[off[rows + 1] - 1]]
+    rest = rows[~sure]
+    if rest.size:
+        stripped = pl.Series(texts.take(rest)).str.strip_chars(WHITESPACE)
+        out[rest] = (stripped.str.len_bytes() > 0).to_numpy()
+    return out
+
+
+def _last_numbers(*columns) -> list[np.ndarray]:
+    """Per Arrow string column ``[M]``: float64, the last NUMBER in each text as Python's
+    ``float`` reads it (NaN where there is none, or for a null). Row ranges of
+    ``_NUMBER_ROWS`` run as Polars lazy frames, ``_threads()`` of them (8 at most) collected
+    together (in parallel), so only that many ranges are held as Polars strings at a time."""
+    import polars as pl
+
+    def frame(col, a: int) -> pl.LazyFrame:
+        return (pl.LazyFrame({"t": pl.Series(col.slice(a, _NUMBER_ROWS))})
+                .select(pl.col("t").str.extract_groups(_LAST_NUMBER).alias("g")).unnest("g")
+                .select(pl.when(pl.col("s").is_not_null() & (pl.col("p") == ""))
+                        .then(pl.lit("-") + pl.col("l")).otherwise(pl.col("l")).alias("x"))
+                .select(pl.col("x").cast(pl.Float64, strict=False).alias("v"),
+                        (pl.col("x").is_not_null()
+                         & pl.col("x").cast(pl.Float64, strict=False).is_null()).alias("odd"),
+                        pl.col("x")))
+
+    out = [np.full(len(col), np.nan) for col in columns]
+    ranges = [(i, a) for i, col in enumerate(columns) for a in range(0, len(col), _NUMBER_ROWS)]
+    step = min(_threads(), 8)
+    for b in range(0, len(ranges), step):
+        batch = ranges[b:b + step]
+        for (i, a), f in zip(batch, pl.collect_all([frame(columns[i], a) for i, a in batch]),
+                             strict=True):
+            values = f["v"].fill_null(np.nan).to_numpy()
+            odd = np.flatnonzero(f["odd"].to_numpy())
+            if odd.size:  # digits of other scripts ("\u0663"), which Python's float reads
+                words = f["x"].gather(odd).to_list()
+                parsed = {w: float(w) for w in set(words)}
+                values = values.copy()
+                values[odd] = [parsed[w] for w in words]
+            out[i][a:a + len(values)] = values
+    return out
+
+
+def _jaccard(cand, texts, item: np.ndarray, need: np.ndarray) -> np.ndarray:
+    """``[len(need)]`` agreement of samples ``texts[need]`` with their candidates when the
+    numbers do not decide: the Jaccard index of the token sets, or (no token on either side)
+    1.0 iff the normalised texts are equal."""
+    import pyarrow as pa
+
+    its = item[need]  # sorted: samples are in item order
+    first = np.r_[True, its[1:] != its[:-1]]
+    c_rows = its[first]  # the candidates involved, and each sample's among them
+    c_of = np.cumsum(first) - 1
+    kc, fc = _tokenize(cand, c_rows)
+    inter, union = _pair_counts(texts, need, kc, fc, c_of)
+    out = np.divide(inter, union, out=np.zeros(need.size), where=union > 0)
+    empty = np.flatnonzero(union == 0)
+    if empty.size:  # neither side has a token: only equal normalised texts agree
+        out[empty] = _same_normalised(cand.take(pa.array(its[empty])),
+                                      texts.take(pa.array(need[empty])))
+    return out
+
+
+def _same_normalised(a, b) -> np.ndarray:
+    """Elementwise: are the normalised texts equal (Polars lowercasing, Python's
+    whitespace)."""
+    import polars as pl
+
+    ws = "[" + "".join(f"\\x{{{ord(c):x}}}" for c in WHITESPACE) + "]+"
+
+    def norm(x):
+        return (pl.Series(x).str.to_lowercase().str.replace_all(ws, " ")
+                .str.strip_chars(" "))
+
+    return (norm(a) == norm(b)).to_numpy()
+
+
+def _token_ids(data: np.ndarray, off: np.ndarray, tag: int) -> tuple[np.ndarray, np.ndarray]:
+    """Token keys of text rows.
+
+    Args:
+      data: ``[B]`` uint8, the rows' UTF-8 bytes back to back.
+      off: ``[R+1]`` int64, row ``r`` is ``data[off[r]:off[r+1]]`` (``off[0] == 0``).
+      tag: 0 or 1, the key's lowest bit.
+
+    Returns:
+      ``(keys [T] uint64, first [R+1] int64)``: row ``r``'s tokens, in text order, are
+      ``keys[first[r]:first[r+1]]``; a key is ``id << 1 | tag`` with ``id < 2**63 - 1``.
+    """
+    if data.size and data.max() >= 0xC4:
+        data, off = _lowercase_special(data, off)
+    nb = data.size
+    low = np.zeros(nb + 16, np.uint8)  # token bytes lowercased, every other byte 0
+    lv = low[:nb]
+    np.bitwise_or(data, 0x20, out=lv)
+    tok = np.less(lv - 0x61, 26)
+    tok |= np.less(data - 0x30, 10)
+    np.multiply(lv, tok, out=lv)
+    start = tok.copy()
+    start[1:] &= ~tok[:-1]
+    rows = np.flatnonzero(off[1:] > off[:-1])
+    start[off[rows]] = tok[off[rows]]  # a token never spans two rows
+    si = np.flatnonzero(start)
+    first = np.searchsorted(si, off)
+    # the 8 bytes from each position as one aligned uint64 (little-endian: the first byte
+    # lowest); a gather from the unaligned view itself is several times slower
+    words = np.ascontiguousarray(np.ndarray((nb + 9,), _U64, low, 0, (1,)))
+    ids = words[si]
+    # keep the bytes before the first zero byte (the token's end): t flags the lowest zero
+    # byte of each word exactly (bit 7 of that byte), or is 0 when all 8 bytes are nonzero
+    t = ids - _ONES
+    t &= ~ids
+    t &= _HIGHS
+    full = t == 0
+    t &= ~t + np.uint64(1)
+    t >>= np.uint64(7)
+    t -= np.uint64(1)
+    ids &= t
+    # a row ending in a token byte, followed by a row starting with one: the word of its last
+    # token runs into the next row; cut it at the row's end
+    end = off[rows + 1]
+    glued = rows[(end < nb) & tok[end - 1] & tok[np.minimum(end, nb - 1)]]
+    g_tok = first[glued + 1] - 1
+    g_len = off[glued + 1] - si[g_tok]
+    full[g_tok] = False
+    ids[g_tok] = words[si[g_tok]] & _LOW_BYTES[np.minimum(g_len, 8)]
+    # longer than 8 bytes: 8 nonzero bytes and a ninth
+    f = np.flatnonzero(full)
+    w1 = words[si[f] + 8]
+    more = (w1 & np.uint64(0xFF)) != 0
+    long, w1 = f[more], w1[more]
+    if long.size:  # 9 to 15 bytes: the second word cut at its first zero byte
+        t = w1 - _ONES
+        t &= ~w1
+        t &= _HIGHS
+        two = t != 0
+        t &= ~t + np.uint64(1)
+        t >>= np.uint64(7)
+        t -= np.uint64(1)
+        w1 &= t
+        w1 ^= np.uint64(_WORD_KEY)
+        h = _fmix64(ids[long]) + _fmix64(w1)  # as _long_hash, without the lengths
+        longer = np.flatnonzero(~two)  # 16 bytes or more
+        if longer.size:
+            s = si[long[longer]]
+            h[longer] = _long_hash(words, s, _long_lengths(words, s, lv))
+        ids[long] = _long_id(h)
+    g_long = np.flatnonzero(g_len > 8)
+    if g_long.size:
+        k = g_tok[g_long]
+        ids[k] = _long_id(_long_hash(words, si[k], g_len[g_long]))
+    ids <<= np.uint64(1)
+    if tag:
+        ids |= np.uint64(1)
+    return ids, first
+
+
+def _long_lengths(words: np.ndarray, start: np.ndarray, lv: np.ndarray) -> np.ndarray:
+    """Lengths of tokens with more than 15 bytes, from their starts: the first zero byte after
+    the first 16, found word by word (a token of more than 64 bytes: from the zero bytes'
+    positions)."""
+    length = np.zeros(start.size, np.int64)
+    active = np.arange(start.size)
+    for j in range(2, 9):
+        if not active.size:
+            return length
+        w = words[start[active] + 8 * j]
+        t = w - _ONES
+        t &= ~w
+        t &= _HIGHS
+        hit = t != 0
+        t = t[hit]
+        t &= ~t + np.uint64(1)  # 2 ** (8 k + 7) for the first zero byte k
+        length[active[hit]] = 8 * j + (np.log2(t.astype(np.float64)).astype(np.int64) >> 3)
+        active = active[~hit]
+    if active.size:
+        zeros = np.flatnonzero(lv == 0)
+        s = start[active]
+        at = np.searchsorted(zeros, s)
+        length[active] = np.where(at < zeros.size, zeros[np.minimum(at, zeros.size - 1)],
+                                  lv.size) - s
+    return length
+
+
+def _long_hash(words: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """Hashes of tokens longer than 8 bytes: ``sum_j fmix64(w_j ^ j * _WORD_KEY)`` over the
+    8-byte words ``w_j`` of the token, ``j = 0 .. length // 8``, bytes past its end zeroed
+    (so the last word may be 0: a token has no zero byte, and its length is implied)."""
+    nw = length // 8 + 1
+    tok = np.repeat(np.arange(length.size), nw)
+    head = np.cumsum(nw) - nw
+    j = np.arange(tok.size) - head[tok]
+    w = words[start[tok] + 8 * j] & _LOW_BYTES[np.minimum(length[tok] - 8 * j, 8)]
+    w ^= j.astype(np.uint64) * np.uint64(_WORD_KEY)
+    return np.add.reduceat(_fmix64(w), head)
+
+
+def _long_id(h: np.ndarray) -> np.ndarray:
+    """A long token's id from its hash: 62 bits of it with bit 7 set. A short token's id has
+    bit 7 clear (its first byte is ASCII) and bit 63 clear, so ids never collide across the
+    two kinds and stay below ``2**63 - 1``."""
+    h &= np.uint64((1 << 62) - 1)
+    h |= np.uint64(0x80)
+    return h
+
+
+def _fmix64(k: np.ndarray) -> np.ndarray:
+    """MurmurHash3's 64-bit finaliser, in place."""
+    k ^= k >> np.uint64(33)
+    k *= np.uint64(0xFF51AFD7ED558CCD)
+    k ^= k >> np.uint64(33)
+    k *= np.uint64(0xC4CEB9FE1A85EC53)
+    k ^= k >> np.uint64(33)
+    return k
+
+
+def _lowercase_special(data: np.ndarray, off: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    r"""The rows holding "\u0130" or "\u212a" (the only non-ASCII characters Python lowercases
+    to ASCII letters) replaced by their Polars lowercasing; the others unchanged."""
+    import polars as pl
+    import pyarrow as pa
+
+    p = np.flatnonzero(data[:-1] == 0xC4)
+    hit = p[data[p + 1] == 0xB0]
+    p = np.flatnonzero(data[:-2] == 0xE2)
+    hit = np.concatenate([hit, p[(data[p + 1] == 0x84) & (data[p + 2] == 0xAA)]])
+    if not hit.size:
+        return data, off
+    rows = np.unique(np.searchsorted(off, hit, side="right") - 1)
+    texts = pa.LargeStringArray.from_buffers(len(off) - 1, pa.py_buffer(off),
+                                             pa.py_buffer(data))
+    low = _strings(pl.Series(texts.take(pa.array(rows))).str.to_lowercase(), "texts")
+    l_off, l_data = _buffers(low)
+    length = np.diff(off)
+    src = off[:-1].copy()
+    length[rows] = np.diff(l_off)
+    src[rows] = data.size + l_off[:-1]
+    new_off = np.zeros(len(off), np.int64)
+    np.cumsum(length, out=new_off[1:])
+    pos = np.arange(new_off[-1]) - np.repeat(new_off[:-1] - src, length)
+    return np.concatenate([data, l_data])[pos], new_off
+
+
+def _chunks(lengths: np.ndarray) -> list[tuple[int, int]]:
+    """Row ranges ``[a, b)`` of about ``_CHUNK_BYTES`` bytes of text each (one row at least)."""
+    if not lengths.size:
+        return []
+    ends = np.cumsum(lengths)
+    cuts = np.searchsorted(ends, np.arange(_CHUNK_BYTES, int(ends[-1]), _CHUNK_BYTES))
+    cuts = np.unique(np.concatenate([[0], cuts, [lengths.size]]))
+    return list(zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True))
+
+
+def _run(tasks: list) -> list:
+    """Call each of ``tasks`` (no arguments), on a thread pool of ``_threads()`` when there
+    are several; their results in order."""
+    workers = _threads()
+    if workers > 1 and len(tasks) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(workers) as pool:
+            return list(pool.map(lambda f: f(), tasks))
+    return [f() for f in tasks]
+
+
+def _text_rows(texts, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(data, off)`` of ``texts[rows]``: their bytes back to back and offsets from 0."""
+    import pyarrow as pa
+
+    off, data = _buffers(texts.take(pa.array(rows)))
+    return data[off[0]:off[-1]], off - off[0]
+
+
+def _row_lengths(texts, rows: np.ndarray) -> np.ndarray:
+    off, _ = _buffers(texts)
+    return off[rows + 1] - off[rows]
+
+
+def _tokenize(texts, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(keys [T], first [len(rows)+1])`` of ``texts[rows]`` (tag 0), in chunks."""
+    def task(a: int, b: int):
+        return lambda: _token_ids(*_text_rows(texts, rows[a:b]), tag=0)
+
+    parts = _run([task(a, b) for a, b in _chunks(_row_lengths(texts, rows))])
+    keys = np.concatenate([k for k, _ in parts] + [np.zeros(0, np.uint64)])
+    first = np.zeros(rows.size + 1, np.int64)
+    np.cumsum(np.concatenate([np.diff(f) for _, f in parts] + [np.zeros(0, np.int64)]),
+              out=first[1:])
+    return keys, first
+
+
+def _pair_counts(texts, need: np.ndarray, kc: np.ndarray, fc: np.ndarray,
+                 c_of: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(|A n B|, |A u B|)`` per sample ``texts[need[i]]`` and its candidate's keys
+    ``kc[fc[c_of[i]]:fc[c_of[i]+1]]``. Runs in chunks of about ``_CHUNK_BYTES`` of sample
+    text (taken, tokenised and compared while in cache) on a thread pool."""
+    inter = np.zeros(need.size, np.int64)
+    union = np.zeros(need.size, np.int64)
+
+    def task(a: int, b: int):
+        def run() -> None:
+            ks, fs = _token_ids(*_text_rows(texts, need[a:b]), tag=1)
+            inter[a:b], union[a:b] = _overlap(ks, fs, kc, fc, c_of[a:b])
+        return run
+
+    _run([task(a, b) for a, b in _chunks(_row_lengths(texts, need))])
+    return inter, union
+
+
+def _threads() -> int:
+    import os
+
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _overlap(ks: np.ndarray, fs: np.ndarray, kc: np.ndarray, fc: np.ndarray,
+             c_of: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(|A n B|, |A u B|)`` per pair: sample keys ``ks[fs[i]:fs[i+1]]`` (tag 1), candidate
+    keys ``kc[fc[c_of[i]]:fc[c_of[i]+1]]`` (tag 0).
+
+    Each pair is one row of a matrix ``[pairs, W]`` padded with ``_PAD`` (sample keys, then
+    the candidate's, placed by boolean masks; ``W`` a multiple of 8 covering the longest
+    row; rows far longer than the median go to matrices of their own, by powers of 2),
+    sorted along the row. Then equal keys (a token repeated on one side) are neighbours, and
+    so are the two keys of a token on both sides, differing in the tag bit only:
+    ``|A n B|`` = neighbours whose XOR is 1, distinct keys = length - neighbours whose XOR
+    is 0 (pads excepted), and ``|A u B|`` = distinct keys - ``|A n B|``."""
+    ns = np.diff(fs)
+    c0 = fc[c_of]
+    nc = fc[c_of + 1] - c0
+    n = ns + nc
+    r = n.size
+    cap = max(64, 16 * -(-int(n.mean()) // 8)) if r else 64
+    if not r or n.max() <= cap:
+        klass = np.zeros(r, np.int64)
+    else:
+        klass = np.where(n <= cap, 0, np.ceil(np.log2(np.maximum(n, 1))).astype(np.int64))
+    eq = np.empty(r, np.int64)
+    inter = np.empty(r, np.int64)
+    width = np.empty(r, np.int64)
+    for k in np.unique(klass):
+        if k == 0 and not klass.any():
+            rows, ks_k = np.arange(r), ks
+        else:
+            rows = np.flatnonzero(klass == k)
+            ks_k = ks[np.repeat(klass == k, ns)]
+        ns_k, nc_k = ns[rows], nc[rows]
+        w = max(8, -(-int((ns_k + nc_k).max(initial=0)) // 8) * 8)
+        mat = np.full((rows.size, w), _PAD, np.uint64)
+        mat[np.arange(w) < ns_k[:, None]] = ks_k  # the sample's keys, by a boolean mask
+        if nc_k.any():  # the candidate's after them (few: a fancy assignment)
+            at = np.repeat(np.arange(rows.size), nc_k)
+            j = np.arange(at.size) - np.repeat(np.cumsum(nc_k) - nc_k, nc_k)
+            mat[at, ns_k[at] + j] = kc[c0[rows][at] + j]
+        mat.sort(axis=1)
+        eq[rows], inter[rows] = _neighbour_counts(mat)
+        width[rows] = w
+    pad_pairs = np.maximum(width - n - 1, 0)  # neighbouring pads
+    distinct = n - (eq - pad_pairs)
+    return inter, distinct - inter
+
+
+def _neighbour_counts(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of a row-sorted ``[R, W]`` uint64 matrix (``W`` a multiple of 8): the number
+    of neighbours ``(j-1, j)`` with XOR 0 and with XOR 1."""
+    rows, w = mat.shape
+    flat = mat.reshape(-1)
+    d = np.empty_like(flat)
+    np.bitwise_xor(flat[1:], flat[:-1], out=d[1:])
+    d = d.reshape(rows, w)
+    out = []
+    for value in (0, 1):
+        hit = d == np.uint64(value)
+        hit[:, 0] = False  # the previous row's last entry is no neighbour
+        if w // 8 > 255:
+            out.append(np.count_nonzero(hit, axis=1))
+            continue
+        lanes = hit.view(np.uint64)  # [rows, w / 8]: 8 flags of 0 or 1 per word
+        s = lanes[:, 0].copy()
+        for k in range(1, w // 8):
+            s += lanes[:, k]
+        s *= _ONES  # the byte lanes' sum lands in the top byte
+        out.append((s >> np.uint64(56)).astype(np.int64))
+    return out[0], out[1]
+
+
+def corpus_consistency(source: Any, *, chunk_rows: int = 1 << 18):
+    """``consistency`` per trajectory of a self-consistency corpus (DESIGN.md: protocol
+    ``self_consistency``, one trajectory per question, round 0 holding the ``k`` samples as
+    agents in ``texts``, the candidate in ``final_answer``), streamed chunk by chunk.
+
+    Returns a Polars DataFrame ``trajectory_id`` (str), ``consistency`` (float64, in [0, 1]).
+    Raises ValueError when the corpus lacks ``texts`` or ``final_answer``.
+    """
+    import polars as pl
+
+    from fastuq.io.readers import iter_chunks
+
+    parts = []
+    for chunk in iter_chunks(source, columns=["trajectory_id", "texts", "final_answer"],
+                             chunk_rows=chunk_rows):
+        table = chunk.table
+        rounds = table.column("texts").combine_chunks()
+        scores = consistency_scores(table.column("final_answer").combine_chunks(),
+                                    _first_round(rounds))
+        parts.append(pl.DataFrame({
+            "trajectory_id": pl.Series(table.column("trajectory_id").combine_chunks())
+            .cast(pl.String),
+            "consistency": scores,
+        }))
+    if not parts:
+        raise ValueError(f"{source}: the corpus is empty")
+    return pl.concat(parts)
+
+
+def _first_round(rounds):
+    """``[N]`` list of the first round's texts (null where a trajectory has no round: no
+    usable sample)."""
+    import polars as pl
+
+    return pl.Series(rounds).cast(pl.List(pl.List(pl.String))).list.first().to_arrow()

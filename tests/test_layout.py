@@ -1,0 +1,431 @@
+"""The package's layout: no import cycles, no reach-ins to other modules' private names, a
+stable public API, and an ``import fastuq`` that loads no JAX.
+
+The import graph is read statically (``ast``) from the installed package's source files, so
+that every import counts, whether or not a test happens to execute it:
+
+* a node is a module (``fastuq.engine.batch``; a package is its ``__init__``: ``fastuq.signals``);
+* an edge ``A -> B`` is an ``import`` or ``from ... import`` statement in A that names B,
+  **wherever it stands**: module level, inside a function or method, or under ``try``. Only
+  imports under ``if TYPE_CHECKING:`` are left out (they never run). Relative imports are
+  resolved against A's package. ``from P import x`` is an edge to ``P.x`` when ``P.x`` is a
+  module of the package, else to ``P``;
+* importing ``P.x`` does run ``P/__init__.py`` too, but that implicit step is not an edge (with
+  it, every ``__init__`` that re-exports a submodule would be a loop).
+
+A function-local import is an edge like any other: the loop the layout forbids is one of
+design (which module knows which), not only of import order, so deferring an import into a
+function does not break it.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import fastuq
+
+ROOT = Path(fastuq.__file__).resolve().parent
+
+
+def _package_dirs() -> dict[str, Path]:
+    """Each package of the installed distribution and its directory (``fastuq.kernels`` lives
+    in the repository's ``kernels/``, mapped by ``[tool.setuptools.package-dir]``)."""
+    import fastuq.kernels
+
+    dirs = {"fastuq": ROOT, "fastuq.kernels": Path(fastuq.kernels.__file__).resolve().parent}
+    for init in ROOT.rglob("__init__.py"):
+        rel = init.parent.relative_to(ROOT)
+        if rel.parts:
+            dirs.setdefault(".".join(("fastuq", *rel.parts)), init.parent)
+    return dirs
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of the package: dotted name -> source file."""
+    out: dict[str, Path] = {}
+    for package, folder in _package_dirs().items():
+        for path in folder.glob("*.py"):
+            name = package if path.stem == "__init__" else f"{package}.{path.stem}"
+            out[name] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(tree: ast.AST):
+    """Every Import/ImportFrom node in ``tree``, except under ``if TYPE_CHECKING:``."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _resolve(module: str, node: ast.ImportFrom) -> str:
+    """The absolute module a ``from`` import names (relative imports resolved)."""
+    if not node.level:
+        return node.module or ""
+    is_package = MODULES[module].name == "__init__.py"
+    parts = module.split(".")
+    base = parts if is_package else parts[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _owner(name: str) -> str | None:
+    """The package module that ``name`` (a dotted import target) lands in, if any."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_edges() -> dict[str, dict[str, list[tuple[int, list[str]]]]]:
+    """``{importer: {imported: [(line, names taken), ...]}}`` over the whole package."""
+    edges: dict[str, dict[str, list[tuple[int, list[str]]]]] = {m: {} for m in MODULES}
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in _imports(tree):
+            if isinstance(node, ast.Import):
+                targets = [(_owner(a.name), []) for a in node.names]
+            else:
+                base = _resolve(module, node)
+                targets = []
+                for alias in node.names:
+                    sub = f"{base}.{alias.name}"
+                    if sub in MODULES:
+                        targets.append((sub, []))
+                    else:
+                        targets.append((_owner(base), [alias.name]))
+            for target, names in targets:
+                if target is None or target == module:
+                    continue
+                edges[module].setdefault(target, []).append((node.lineno, names))
+    return edges
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    found: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    top = stack.pop()
+                    on_stack.discard(top)
+                    component.append(top)
+                    if top == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_graph_reader_sees_the_package():
+    # A guard against a reader that silently reads nothing: the modules and a few known edges.
+    assert {"fastuq", "fastuq.engine.scoring", "fastuq.kernels.sauce", "fastuq.cli"} <= set(MODULES)
+    edges = import_edges()
+    assert "fastuq.engine.registry" in edges["fastuq"]
+    assert "fastuq.kernels.sauce" in edges["fastuq.engine.sauce"]
+    # a function-local import counts: the engine's lazy JAX kernels are imported in functions
+    assert any(t.startswith("fastuq.kernels") for t in edges["fastuq.engine.runtime"])
+
+
+def test_cycle_finder_on_a_hand_made_graph():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a", "e"}, "e": {"d"}, "f": set()}
+    assert sorted(_cycles(graph)) == [["a", "b", "c"], ["d", "e"]]
+
+
+def test_no_import_cycles():
+    edges = import_edges()
+    graph = {m: set(t) for m, t in edges.items()}
+    cycles = _cycles(graph)
+    detail = []
+    for component in cycles:
+        members = set(component)
+        for m in component:
+            for t in sorted(graph[m] & members):
+                lines = ", ".join(f"line {ln} {names}" for ln, names in edges[m][t])
+                detail.append(f"  {m} -> {t}: {lines}")
+    assert not cycles, "import cycles:\n" + "\n".join(
+        f"{c}" for c in cycles) + "\n" + "\n".join(detail)
+
+
+#: Base subpackages: the engine builds on them, so they must not import it (nor what sits
+#: above it). Their errors come from the base module ``fastuq.errors``.
+BASE = ("fastuq.io", "fastuq.signals", "fastuq.answers", "fastuq.metrics", "fastuq.kernels")
+
+
+def test_base_subpackages_do_not_import_the_engine():
+    edges = import_edges()
+    upward = [f"{m} -> {t}" for m, targets in edges.items() if m.startswith(BASE)
+              for t in targets if t.startswith("fastuq.engine")]
+    assert not upward, "base subpackages importing the engine:\n" + "\n".join(upward)
+    # the error types have one home, a module that imports nothing of the package
+    assert set(edges["fastuq.errors"]) == set()
+    from fastuq.engine.errors import RecordError as Compat
+    from fastuq.errors import RecordError
+
+    assert Compat is RecordError
+
+
+def _family(module: str) -> str:
+    """A module's family: its subpackage (``fastuq.engine``), or itself for a top-level
+    module (``fastuq.gate``). Private names are shared freely within a family."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 else module
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+#: Imports of another module's private names that remain, each with its reason (none).
+PRIVATE_ALLOWED: dict[tuple[str, str, str], str] = {}
+
+
+def test_no_private_names_across_module_families():
+    # another family's private name: a missing public interface
+    reach_ins = []
+    for module, targets in import_edges().items():
+        for target, uses in targets.items():
+            if _family(target) == _family(module):
+                continue
+            for line, names in uses:
+                for name in names:
+                    if _private(name) and (module, target, name) not in PRIVATE_ALLOWED:
+                        reach_ins.append(f"{module}:{line} imports {target}.{name}")
+    assert not reach_ins, "private names imported across modules:\n" + "\n".join(reach_ins)
+
+
+def test_no_private_names_across_modules():
+    # within a subpackage too: what a sibling module uses is that module's public interface
+    reach_ins = [f"{module}:{line} imports {target}.{name}"
+                 for module, targets in import_edges().items()
+                 for target, uses in targets.items() for line, names in uses for name in names
+                 if _private(name) and (module, target, name) not in PRIVATE_ALLOWED]
+    assert not reach_ins, "private names imported from other modules:\n" + "\n".join(reach_ins)
+
+
+def test_private_reach_in_detector_rules():
+    # The detector's own rules: what a family is, what a private name is.
+    assert _family("fastuq.engine.scoring") == _family("fastuq.engine.batch") == "fastuq.engine"
+    assert _family("fastuq.gate") != _family("fastuq.report")
+    assert _private("_score_table") and not _private("__version__") and not _private("score")
+
+
+# -- the public API ------------------------------------------------------------------------
+
+#: ``fastuq.__all__``: what ``from fastuq import *`` gives; a move must not drop a name.
+FASTUQ_ALL = {
+    "ESTIMATORS", "Estimator", "PRESETS", "Param", "available_methods",
+    "compute_token_entropy", "get_estimator", "lambda_kalman_forward", "majority_margin",
+    "register_estimator", "sauce", "sauce_batch", "sauce_score", "score", "score_file",
+    "unregister_estimator", "use_cpu_devices", "sweep", "fit_sauce", "FitResult",
+    # submodules
+    "answers", "cli", "engine", "evaluation", "importers", "io", "kernels", "metrics",
+    "selection", "signals", "sweeps", "fit", "synth", "gate", "replay", "report",
+    "decisions",  # added with the decisions subpackage
+}
+
+#: The public names (``__all__``) of each subpackage and public module, as they stood before
+#: the layout moved files: a module may gain names, never lose one.
+PUBLIC = {
+    "fastuq.answers": {
+        "AnswerKind", "REL_TOL", "answer_classes", "answer_kind", "answers_equivalent",
+        "check_answers", "check_coded", "extract_answer", "extract_answers",
+        "math_verify_available", "normalize_answer", "numeric_value", "vote_classes"},
+    "fastuq.cli": {
+        "COMMANDS", "EXIT_FAILED", "EXIT_USAGE", "exit_status", "main", "positive_int",
+        "sample_corpus_path", "version"},
+    "fastuq.importers": {
+        "DETECTABLE", "FORMATS", "OPTIONS", "TEAM_SIZE", "detect_each", "detect_format",
+        "import_agora", "import_chateval", "import_du", "import_dylan", "import_ford",
+        "import_generic", "import_logs", "import_mad", "load_mapping", "log_files",
+        "parse_gold", "question_id"},
+    "fastuq.metrics": {
+        "METRICS", "PlattConvergenceWarning", "UndefinedMetricWarning", "auarc", "auroc",
+        "brier_platt", "ece", "evaluate", "evaluate_groups", "platt_oof_probabilities", "prr"},
+    "fastuq.signals": {
+        "LogprobStats", "add_signals", "agreement_from_answers", "answer_votes",
+        "final_answer_slot", "logprob_stats", "token_entropy_from_topk"},
+    "fastuq.synth": {"PROTOCOLS", "corpus", "corpus_chunks", "main", "schema", "write",
+                     "add_beliefs", "corpus_with_beliefs"},
+    "fastuq.gate": {
+        "GateCalibration", "calibrate_threshold", "clopper_pearson_upper",
+        "consistency_scores", "corpus_consistency"},
+    "fastuq.replay": {
+        "Outcomes", "POLICIES", "Policy", "ReplayResult", "grid_sums", "pareto_front",
+        "plot_replay", "replay", "round_answer_slots", "round_outcomes", "stop_rounds",
+        "tie_counts", "uaad_grid_sums"},
+    "fastuq.report": {
+        "Figure", "LOWER_IS_BETTER", "Report", "SweepSection", "build_report", "render_html",
+        "write_report"},
+    "fastuq.sweeps": {
+        "CVSummary", "PARAMS", "SWEEP_METRICS", "SauceData", "heatmap", "load_sauce_data",
+        "parse_values", "stratified_folds", "sweep"},
+    "fastuq.fit": {"FitResult", "OBJECTIVES", "fit_sauce", "load_params", "per_parameter"},
+    "fastuq.evaluation": {
+        "Comparison", "EXPECTABLE", "ExpectationCheck", "accuracy_coverage",
+        "check_expectations", "drop_skipped", "evaluation_table", "evaluation_tables",
+        "expected_metrics", "format_table", "join_labels", "load_expectations",
+        "parse_expectations", "plot_reliability", "plot_risk_coverage", "read_labels",
+        "read_scores", "read_skipped", "reliability_bins", "round_like", "table_records",
+        "write_plots"},
+    "fastuq.selection": {"best_of_k", "select_best"},
+    "fastuq.errors": {"RecordError", "TooManySkipped"},
+    # the capability subpackages (added with them)
+    "fastuq.decisions": {
+        "POLICIES", "GateCalibration", "Outcomes", "Policy", "ReplayResult",
+        "calibrate_threshold", "clopper_pearson_upper", "consistency_scores",
+        "corpus_consistency", "grid_sums", "pareto_front", "plot_replay", "replay",
+        "round_answer_slots", "round_outcomes", "stop_rounds", "tie_counts", "uaad_grid_sums"},
+    "fastuq.engine.errors": {"RecordError", "TooManySkipped"},
+}
+
+
+def test_fastuq_all_is_stable():
+    assert set(fastuq.__all__) == FASTUQ_ALL
+    for name in FASTUQ_ALL - {"ray"}:
+        assert getattr(fastuq, name) is not None, name
+
+
+@pytest.mark.parametrize("module", sorted(PUBLIC))
+def test_public_names_stay(module):
+    import importlib
+
+    mod = importlib.import_module(module)
+    missing = {n for n in PUBLIC[module] if not hasattr(mod, n)}
+    assert not missing, f"{module} lost {sorted(missing)}"
+    listed = set(getattr(mod, "__all__", ()))
+    assert PUBLIC[module] <= listed, f"{module}.__all__ lacks {sorted(PUBLIC[module] - listed)}"
+
+
+def test_import_fastuq_imports_no_jax():
+    code = ("import sys, fastuq, fastuq.engine, fastuq.io, fastuq.signals\n"
+            "assert 'jax' not in sys.modules, 'jax imported'\n")
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+# -- one home per capability -------------------------------------------------------------
+
+#: Packages whose ``__init__`` only re-exports (a docstring, imports, ``__all__`` and at most
+#: the lazy-submodule ``__getattr__``; no definitions, no logic).
+REEXPORT_ONLY = ("fastuq.decisions", "fastuq.evaluation", "fastuq.synth")
+
+#: The thin modules kept so that code written before the move still imports (they only
+#: re-export the capability's new home).
+COMPAT = {"fastuq.gate": "fastuq.decisions", "fastuq.replay": "fastuq.decisions",
+          "fastuq.sweeps": "fastuq.evaluation", "fastuq.fit": "fastuq.evaluation",
+          "fastuq.report": "fastuq.evaluation"}
+
+MAX_LINES = 600
+#: Modules over MAX_LINES that do not say why yet: not split in this change (their own
+#: split is left to a later one). Each must shrink off this list or state its reason.
+NOT_YET_SPLIT = {"fastuq.engine.scoring", "fastuq.ray", "fastuq.kernels.umas",
+                 "fastuq.engine.runtime", "fastuq.answers.check", "fastuq.kernels.baselines"}
+
+
+def _only_reexports(path: Path) -> list[str]:
+    """The statements of a module that are not a docstring, an import, ``__all__`` or the
+    lazy ``__getattr__ = submodule_getattr(__name__)`` (empty: it only re-exports)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    bad = []
+    for i, node in enumerate(tree.body):
+        if i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
+                node.targets[0], ast.Name) and node.targets[0].id in ("__all__", "__getattr__"):
+            continue
+        bad.append(f"line {node.lineno}: {type(node).__name__}")
+    return bad
+
+
+@pytest.mark.parametrize("package", REEXPORT_ONLY)
+def test_capability_packages_only_reexport(package):
+    assert package in MODULES and MODULES[package].name == "__init__.py", package
+    assert _only_reexports(MODULES[package]) == []
+
+
+@pytest.mark.parametrize("module", sorted(COMPAT))
+def test_old_module_paths_only_reexport_the_new_home(module):
+    import importlib
+
+    assert _only_reexports(MODULES[module]) == []
+    targets = set(import_edges()[module])
+    assert targets and all(t.startswith(COMPAT[module] + ".") for t in targets), targets
+    # the names are the new home's objects, not copies
+    mod = importlib.import_module(module)
+    for name in mod.__all__:
+        obj = getattr(mod, name)
+        home = getattr(obj, "__module__", None)
+        if home is not None and home.startswith("fastuq."):
+            assert home.startswith(COMPAT[module]) or name == "stratified_folds", (name, home)
+
+
+def test_no_module_of_the_package_imports_an_old_path():
+    # inside the package, everything imports a capability from its home
+    edges = import_edges()
+    users = [f"{m} -> {t}" for m, targets in edges.items() for t in targets
+             if t in COMPAT and m not in COMPAT]
+    assert not users, users
+
+
+def test_long_modules_say_why():
+    too_long = {}
+    for module, path in MODULES.items():
+        text = path.read_text(encoding="utf-8")
+        n = text.count("\n")
+        if n > MAX_LINES:
+            doc = ast.get_docstring(ast.parse(text)) or ""
+            if "over 600 lines" not in doc and module not in NOT_YET_SPLIT:
+                too_long[module] = n
+    assert not too_long, f"modules over {MAX_LINES} lines without a reason: {too_long}"
+    # the list of modules not split yet only shrinks: each entry is still over the limit
+    for module in NOT_YET_SPLIT:
+        assert MODULES[module].read_text(encoding="utf-8").count("\n") > MAX_LINES, module
