@@ -101,7 +101,9 @@ def test_one_long_debate_of_a_large_team_is_not_padded_to_1024(monkeypatch):
     assert node and all(shape[0] == 200 and shape[2] == 64 for shape in node), node
     for name, shape in seen:  # batch axis: 1 for [T, N, ...], 0 for [N] parameters
         width = shape[1] if len(shape) >= 2 else shape[0]
-        assert width == want[name], (name, shape)
+        # on several devices the kernel is traced on the padded batch and on one device's
+        # slice of it
+        assert want[name] in (width, width * ndev), (name, shape, ndev)
     ref = fastuq.score(table, "sauce,umas", backend="numpy")
     for name in ("sauce", "umas"):
         np.testing.assert_allclose(got[name].to_numpy(), ref[name].to_numpy(),

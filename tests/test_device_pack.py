@@ -19,7 +19,7 @@ from fastuq.engine import device_pack as dp
 from fastuq.engine.batch import Batch
 from fastuq.engine.errors import RecordError
 from fastuq.engine.inputs import INPUTS, Context
-from fastuq.engine.runtime import bucket_size
+from fastuq.engine.runtime import bucket_size, local_devices
 from fastuq.io.pack import pack_lists
 from fastuq.signals import agreement_from_answers
 
@@ -111,7 +111,8 @@ def test_pack_lists_equals_host(rows, start):
         assert _bits_equal(np.asarray(got), want)
         assert np.array_equal(np.asarray(got_mask), want_mask)
         # the kernel's padding past N: 0 and no round, on a bucket-wide array
-        width = bucket_size(n, dp.KERNEL_CHUNK)
+        width = bucket_size(n, dp.KERNEL_CHUNK, devices=len(local_devices()),
+                            elements=want.shape[0])  # a multiple of the device count
         assert got.padded.shape == (want.shape[0], width)
         assert not np.asarray(got_mask.padded)[:, n:].any()
         assert (np.asarray(got.padded)[:, n:] == 0).all()
