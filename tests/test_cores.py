@@ -316,6 +316,7 @@ def _bits(x: np.ndarray) -> np.ndarray:
     return x.view(np.uint64 if x.dtype == np.float64 else np.uint32)
 
 
+@pytest.mark.slow  # subprocesses with 3 and 6 host devices
 @pytest.mark.parametrize("devices", [3, 6])
 def test_any_device_count_is_bit_identical_and_every_device_works(ragged, devices):
     """``fastuq.score(..., "all")`` on a ragged corpus (whole, and in chunks of 64), in

@@ -490,6 +490,7 @@ def test_import_math_over_workers_equals_checking_in_process(tmp_path):
             assert got[name] == values, (processes, name)
 
 
+@pytest.mark.slow  # worker processes over many files
 @pytest.mark.skipif(not HAS_MATH_VERIFY, reason="math-verify not installed (fastuq[math])")
 def test_import_math_of_many_files_over_workers_equals_one_process(tmp_path):
     # several files and processes > 1: parsing, the dry run and the derivation run in worker

@@ -72,6 +72,7 @@ def _run(path, devices, out, dtype):
     return np.load(out)
 
 
+@pytest.mark.slow  # subprocesses with several host devices, every estimator
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_every_estimator_bit_identical_across_chunks_and_devices(tmp_path, dtype):
     path = tmp_path / "c.parquet"
@@ -112,6 +113,7 @@ def _long_corpus(n, t, a, seed):
     return pa.Table.from_pylist(rows)
 
 
+@pytest.mark.slow  # long guarantee: 1,000-round debates, 64-agent teams
 @pytest.mark.parametrize(("t", "a"), [(1000, 2), (60, 64)])
 def test_long_debates_and_large_teams_score_with_every_estimator(t, a):
     table = _long_corpus(3, t, a, seed=t + a)

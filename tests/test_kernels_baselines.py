@@ -288,11 +288,14 @@ def test_missing_input_or_unknown_field_raises():
 
 @st.composite
 def _node_case(draw):
-    t = draw(st.integers(1, 6))
-    n = draw(st.integers(1, 5))
-    a = draw(st.integers(1, 9))
+    # Drawn extents padded to buckets (1 stays 1, else the largest: 6 rounds, 5
+    # trajectories, 9 agents) so that the kernels compile per bucket, not per drawn shape:
+    # padding rounds and agents are masked, padding trajectories are more drawn ones.
+    t_drawn, n, a_drawn = draw(st.integers(1, 6)), draw(st.integers(1, 5)), draw(st.integers(1, 9))
+    t, n, a = (1 if x == 1 else top for x, top in ((t_drawn, 6), (n, 5), (a_drawn, 9)))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     mask = rng.random((t, n, a)) < draw(st.sampled_from([0.3, 0.8, 1.0]))
+    mask &= (np.arange(t)[:, None, None] < t_drawn) & (np.arange(a) < a_drawn)
     lp = -rng.exponential(3.0, (t, n, a)) * (rng.random((t, n, a)) > 0.1)  # zeros too
     ntok = rng.integers(1, 60, (t, n, a))
     ent = rng.exponential(0.5, (t, n, a)) * (rng.random((t, n, a)) > 0.2)
@@ -324,11 +327,16 @@ def test_node_baselines_match_exact_reference_on_drawn_shapes(case):
 
 @st.composite
 def _round_case(draw):
-    t = draw(st.integers(1, 20))  # past 12 rounds the scan is rolled (another code path)
+    t_drawn = draw(st.integers(1, 20))  # past 12 rounds the scan is rolled (another path)
     n = draw(st.integers(1, 6))
     team = draw(st.integers(1, 12))
+    # Drawn extents padded to buckets so that the kernels compile per bucket, not per drawn
+    # shape: rounds to 1, 12 (unrolled) or 20 (rolled), masked past the drawn length;
+    # trajectories to 1 or 6 (more drawn ones).
+    t = 1 if t_drawn == 1 else 12 if t_drawn <= 12 else 20
+    n = 1 if n == 1 else 6
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    mask = np.arange(t)[:, None] < rng.integers(0, t + 1, n)[None, :]
+    mask = np.arange(t)[:, None] < rng.integers(0, t_drawn + 1, n)[None, :]
     agreement = rng.integers(0, team + 1, (t, n)) / team
     entropy = rng.exponential(0.5, (t, n)) * (rng.random((t, n)) > 0.2)
     agreement[~mask], entropy[~mask] = np.nan, np.nan

@@ -69,6 +69,7 @@ def _images(cell) -> int:
     return sum("image/png" in out.get("data", {}) for out in cell.outputs)
 
 
+@pytest.mark.slow  # a fresh Jupyter kernel per notebook, end to end
 @pytest.mark.parametrize("name", NAMES)
 def test_notebook_runs_and_draws_its_figures(name, tmp_path):
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)

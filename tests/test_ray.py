@@ -28,6 +28,9 @@ from fastuq.cli import main
 from fastuq.metrics import auarc, auroc
 from fastuq.synth import corpus
 
+# A local Ray instance and its worker processes, end to end: run by .ci/run's second step.
+pytestmark = pytest.mark.slow
+
 CHUNK = 40
 METHODS = "sauce,umas,msp_final"
 OUTPUTS = ["sauce", "umas", "msp_final"]

@@ -359,6 +359,7 @@ def test_python_snippet(block, work):
     _run_python(_python_source(block), work)
 
 
+@pytest.mark.slow  # a local Ray instance and its worker processes
 def test_ray_section(work):
     """The local Ray commands and the Ray snippet, in one process (one ``ray.init``)."""
     ray = [b for b in _python_snippets() if b.text.splitlines()[0] == RAY_SNIPPET]

@@ -25,20 +25,30 @@ from fastuq.kernels.umas import pack_edges
 BUILTIN = tuple(ESTIMATORS)
 
 
+def _bucket(x: int, top: int) -> int:
+    """The padded extent of a drawn one: 1 stays 1 (the degenerate shape is a case of its
+    own), anything else pads to ``top``, so that the kernels compile once per bucket rather
+    than once per drawn shape."""
+    return 1 if x == 1 else top
+
+
 def _draw_inputs(rng: np.random.Generator, t: int, n: int, a: int, team: int,
                  ties: bool) -> dict[str, np.ndarray]:
     """Every packed input for ``n`` ragged trajectories (1..t rounds, 1..a agents), with
     edge values: zero entropy, agreement 0 and 1, equal entropies (ties); and for BCCS:
     answer classes with ties between classes, unparseable answers (-1) and rounds where
     nobody answered, beliefs 0 and 1 (with ``ties``, from a dyadic grid, so that equal
-    sums are equal floats and leaders tie)."""
+    sums are equal floats and leaders tie). The round, agent and step axes are padded to
+    buckets (:func:`_bucket`); the padding is masked like any trajectory's."""
     rounds = rng.integers(1, t + 1, n)
+    t, a_drawn = _bucket(t, T_MAX), a
+    a = _bucket(a, A_MAX)
     round_mask = np.arange(t)[:, None] < rounds[None, :]
     agreement = rng.integers(0, team + 1, (t, n)) / team
     entropy = rng.exponential(0.5, (t, n)) * (rng.random((t, n)) > 0.25)
     if ties:
         entropy[:] = 0.3
-    agents = rng.integers(1, a + 1, n)
+    agents = rng.integers(1, a_drawn + 1, n)
     node_mask = (np.arange(a)[None, None, :] < agents[None, :, None]) & round_mask[:, :, None]
     node_mask &= rng.random(node_mask.shape) < 0.85
     node_mask[0, :, 0] = True  # every trajectory has a valid node
@@ -54,8 +64,10 @@ def _draw_inputs(rng: np.random.Generator, t: int, n: int, a: int, team: int,
     belief[(answer_class < 0) | ~round_mask[:, :, None]] = np.nan
     # UAAD's steps: 1..3 slots per round (at least one step in an executed round), values
     # with 0, 1 and tier boundaries; half the draws derive the risk from round signals
-    s = int(rng.integers(1, 4))
+    s_drawn = int(rng.integers(1, 4))
+    s = _bucket(s_drawn, 3)
     step_mask = (rng.random((t, n, s)) < 0.6) & round_mask[:, :, None]
+    step_mask &= np.arange(s) < s_drawn
     step_mask[:, :, 0] |= round_mask
     steps = rng.random((3, t, n, s))
     steps[rng.random(steps.shape) < 0.2] = rng.choice([0.0, 0.35, 0.62, 1.0])
@@ -114,9 +126,12 @@ def _reference(est: Estimator, arrays: dict, params: dict, n: int) -> dict[str, 
     return {o: np.asarray([r[o] for r in out], np.float64) for o in est.outputs}
 
 
+T_MAX, A_MAX = 6, 5  # the largest drawn rounds and agents: the padded extents
+
+
 @settings(max_examples=20, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), t=st.integers(1, 6), n=st.integers(1, 5),
-       a=st.integers(1, 5), team=st.integers(1, 7), ties=st.booleans())
+@given(seed=st.integers(0, 2**32 - 1), t=st.integers(1, T_MAX), n=st.integers(1, 5),
+       a=st.integers(1, A_MAX), team=st.integers(1, 7), ties=st.booleans())
 def test_every_estimator_kernel_twin_and_reference_agree(seed, t, n, a, team, ties):
     rng = np.random.default_rng(seed)
     arrays = _draw_inputs(rng, t, n, a, team, ties)

@@ -180,16 +180,22 @@ def _ragged(draw):
     one step per executed round), values on a coarse grid with 0 and 1 (tier bounds and
     ties), answer classes with -1, entropies with 0; and weights summing to 1."""
     n = draw(st.integers(1, 6))
-    t_max = draw(st.integers(1, 4))
+    t_drawn = draw(st.integers(1, 4))
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
-    rounds = rng.integers(1, t_max + 1, n)
-    width = int(rng.integers(1, 7))  # step slots
+    # Drawn extents padded to buckets (1 stays 1, else the largest) so that the kernel
+    # compiles per bucket, not per drawn shape: trajectories to 6 (more drawn ones), rounds
+    # to 4 and step slots to 6 (masked past the drawn extent).
+    n = 1 if n == 1 else 6
+    t_max = 1 if t_drawn == 1 else 4
+    rounds = rng.integers(1, t_drawn + 1, n)
+    width_drawn = int(rng.integers(1, 7))  # step slots
+    width = 1 if width_drawn == 1 else 6
     a = int(rng.integers(1, 4))  # answer slots
     mask = np.arange(t_max)[:, None] < rounds[None, :]
     smask = rng.random((t_max, n, width)) < 0.6
     smask[:, :, 0] = True
-    smask &= mask[:, :, None]
+    smask &= mask[:, :, None] & (np.arange(width) < width_drawn)
     grid = np.array([0.0, 0.1, 0.25, 0.35, 0.5, 0.62, 0.9, 1.0])
     h, q, d = (rng.choice(grid, (t_max, n, width)) for _ in range(3))
     for x in (h, q, d):
