@@ -463,20 +463,25 @@ def _import_mixed(groups: Mapping[str, list[Path]], math: bool, processes: int |
     if unknown:
         raise TypeError(f"none of the formats found ({', '.join(groups)}) takes option "
                         f"{unknown[0]!r}")
-    per: dict[str, dict] = {}
-    for fmt in groups:
-        own = {k: v for k, v in options.items() if k in OPTIONS[fmt]}
-        if fmt == "dylan":
-            own = {"recover": own.get("recover", True)}
-        elif fmt == "chateval":
-            refs = own.get("references")
-            if refs is not None and not isinstance(refs, Mapping):
-                refs = read_references(refs)
-            own = {"references": None if refs is None else dict(refs)}
-        per[fmt] = own
+    per = {fmt: _format_options(fmt, {k: v for k, v in options.items()
+                                      if k in OPTIONS[fmt]}) for fmt in groups}
     every = [f for files in groups.values() for f in files]
     return _import_groups(groups, file_names(every), math, processes, progress,
                           on_error=on_error, skipped=skipped, options=per)
+
+
+def _format_options(fmt: str, options: dict) -> dict:
+    """A format's own options with their defaults filled in: DyLAN's ``recover`` (True) and
+    ChatEval's ``references`` read into a dict (from a file or folder when not a mapping);
+    other formats' options as given."""
+    if fmt == "dylan":
+        return {"recover": options.get("recover", True)}
+    if fmt == "chateval":
+        refs = options.get("references")
+        if refs is not None and not isinstance(refs, Mapping):
+            refs = read_references(refs)
+        return {"references": None if refs is None else dict(refs)}
+    return options
 
 
 #: Importers by format name, as ``fastuq import FORMAT`` takes them.
@@ -517,14 +522,8 @@ def import_logs(fmt: str, paths: PathsLike, *, math: bool = False,
     if unknown:
         raise TypeError(f"format {fmt!r} takes no option {unknown[0]!r} (its options: "
                         f"{', '.join(OPTIONS[fmt]) or 'none'})")
-    if fmt == "dylan":
-        options = {"recover": options.get("recover", True)}
-    elif fmt == "chateval":
-        refs = options.get("references")
-        if refs is not None and not isinstance(refs, Mapping):
-            refs = read_references(refs)
-        options = {"references": None if refs is None else dict(refs)}
-    elif fmt == "generic":
+    options = _format_options(fmt, options)
+    if fmt == "generic":
         if "config" not in options:
             raise TypeError("format 'generic' needs config= (the mapping)")
         config = options["config"]

@@ -239,25 +239,34 @@ def remove_temporaries_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def _temporary(path: Path) -> Path:
-    """Create ``.NAME.XXXXXXXX.tmp`` beside ``path``, registered before it exists, so that a
-    SIGTERM at any moment finds it."""
+def _create_temporary(path: Path, create: Callable[[Path], None]) -> Path:
+    """``create`` the free name ``.NAME.XXXXXXXX.tmp`` beside ``path`` (raising
+    ``FileExistsError`` when taken), registered before it exists, so that a SIGTERM at any
+    moment finds it."""
     import secrets
 
     for _ in range(100):
         tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
         _register(str(tmp))
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies
+            create(tmp)
         except FileExistsError:
             _forget(str(tmp))
             continue
         except BaseException:
             _forget(str(tmp))
             raise
-        os.close(fd)
         return tmp
     raise FileExistsError(f"{path.parent}: no free temporary name for {path.name}")
+
+
+def _new_file(tmp: Path) -> None:
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # umask applies
+
+
+def _temporary(path: Path) -> Path:
+    """Create the file ``.NAME.XXXXXXXX.tmp`` beside ``path`` (:func:`_create_temporary`)."""
+    return _create_temporary(path, _new_file)
 
 
 def _discard(tmp: Path) -> None:
@@ -292,21 +301,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 def _temporary_folder(path: Path) -> Path:
     """Create the folder ``.NAME.XXXXXXXX.tmp`` beside ``path``, registered before it exists
     (SIGTERM removes it with its files)."""
-    import secrets
-
-    for _ in range(100):
-        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
-        _register(str(tmp))
-        try:
-            tmp.mkdir()
-        except FileExistsError:
-            _forget(str(tmp))
-            continue
-        except BaseException:
-            _forget(str(tmp))
-            raise
-        return tmp
-    raise FileExistsError(f"{path.parent}: no free temporary name for {path.name}")
+    return _create_temporary(path, Path.mkdir)
 
 
 def _discard_folder(tmp: Path) -> None:
