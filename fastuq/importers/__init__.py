@@ -156,6 +156,22 @@ def _file_seeded(fmt: str, path: Path, options: Mapping, name: str, skip: bool,
     return columns, skipped, more.classes, more.checks
 
 
+def _check_final_answers(columns: list[dict[str, list] | None],
+                         checks: set[tuple[str, str]],
+                         verdicts: dict[tuple[str, str], bool], processes: int | None) -> None:
+    """The second round of a ``--math`` import: the (final answer, gold) pairs the dry run
+    did not foresee (``checks``) are checked, added to ``verdicts``, and every file's
+    ``correct`` is recomputed with them (in place)."""
+    if not checks:
+        return
+    verdicts.update(math_verdicts(checks, processes))
+    with seeded_verdicts(verdicts):
+        for cols in columns:
+            if cols is not None:
+                cols["correct"] = check_answers(cols["final_answer"], cols["reference"],
+                                                math=True).tolist()
+
+
 def _derive_math_pool(fmts: list[str], files: list[Path], opts: list[Mapping],
                       names: list[str], skip: bool, processes: int
                       ) -> list[tuple[dict[str, list] | None, list]]:
@@ -184,13 +200,7 @@ def _derive_math_pool(fmts: list[str], files: list[Path], opts: list[Mapping],
             verdicts = {**verdicts, **math_verdicts(classes | checks, processes)}
             continue
         columns = [d[0] for d in done]
-        if checks:  # final answers the dry run did not have: check them, then correct
-            verdicts = {**verdicts, **math_verdicts(checks, processes)}
-            with seeded_verdicts(verdicts):
-                for cols in columns:
-                    if cols is not None:
-                        cols["correct"] = check_answers(cols["final_answer"], cols["reference"],
-                                                        math=True).tolist()
+        _check_final_answers(columns, checks, dict(verdicts), processes)
         break
     return [(cols, d[1]) for cols, d in zip(columns, done, strict=True)]
 
@@ -220,13 +230,7 @@ def _derive_math(fmts: list[str], parsed: list[tuple[list[ParsedRecord] | None, 
         if more.classes:  # not expected (the dry run asks for a superset): check, derive again
             verdicts.update(math_verdicts(more.classes | more.checks, processes))
             continue
-        if more.checks:  # final answers the dry run did not have: check them, then correct
-            verdicts.update(math_verdicts(more.checks, processes))
-            with seeded_verdicts(verdicts):
-                for cols in columns:
-                    if cols is not None:
-                        cols["correct"] = check_answers(cols["final_answer"], cols["reference"],
-                                                        math=True).tolist()
+        _check_final_answers(columns, more.checks, verdicts, processes)
         break
     return [(cols, skipped) for cols, (_, skipped) in zip(columns, parsed, strict=True)]
 
