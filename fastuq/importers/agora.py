@@ -46,10 +46,15 @@ files share; the extra column ``agents`` holds the model names.
 
 from __future__ import annotations
 
-from functools import partial
 from pathlib import Path
 
-from fastuq.importers.common import ParsedRecord, load_json_list, parse_each, record_error
+from fastuq.importers.common import (
+    ParsedRecord,
+    load_json_list,
+    parse_each,
+    question_record,
+    rounds_from_agents,
+)
 from fastuq.importers.du import parse_gold
 
 __all__ = ["PROMPT_TAGS", "parse_agora_file"]
@@ -68,12 +73,7 @@ def _is_prompt(text: object) -> bool:
 
 
 def _parse_record(path: Path, name: str, index: int, rec: object) -> ParsedRecord:
-    if not isinstance(rec, dict):
-        raise record_error(path, index, "", f"expected an object, got {type(rec).__name__}")
-    question = rec.get("question")
-    fail = partial(record_error, path, index, question if isinstance(question, str) else "")
-    if not isinstance(question, str):
-        raise fail("missing or non-string field 'question'")
+    rec, question, fail = question_record(path, index, rec)
     responses = rec.get("agent_response")
     if not isinstance(responses, dict) or not responses:
         raise fail("field 'agent_response' must be a non-empty object {model: [responses]}")
@@ -106,9 +106,7 @@ def _parse_record(path: Path, name: str, index: int, rec: object) -> ParsedRecor
                        "assistant tag) only as the middle of every model's three entries, "
                        "as MMLU/mmlu_inference.py writes them")
         per_agent = [[r[0], r[2]] for r in per_agent]
-    n_rounds = max(len(r) for r in per_agent)
-    texts = [[r[t] if t < len(r) else None for r in per_agent] for t in range(n_rounds)]
-    flags = ["ragged_rounds"] if any(len(r) < n_rounds for r in per_agent) else []
+    texts, flags = rounds_from_agents(per_agent)
     return ParsedRecord(
         trajectory_id=f"{name}:{index}",
         question=question.strip(),

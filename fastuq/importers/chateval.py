@@ -37,13 +37,13 @@ names.
 from __future__ import annotations
 
 import re
-from functools import partial
 from pathlib import Path
 
 from fastuq.importers.common import (
     ParsedRecord,
     load_json_list,
     parse_each,
+    question_record,
     record_error,
     short_label,
 )
@@ -109,12 +109,7 @@ def _reversed(path: Path) -> bool:
 
 def _parse_record(path: Path, name: str, index: int, rec: object, reverse: bool,
                   references: dict[str, str] | None) -> ParsedRecord:
-    if not isinstance(rec, dict):
-        raise record_error(path, index, "", f"expected an object, got {type(rec).__name__}")
-    question = rec.get("question")
-    fail = partial(record_error, path, index, question if isinstance(question, str) else "")
-    if not isinstance(question, str):
-        raise fail("missing or non-string field 'question'")
+    rec, question, fail = question_record(path, index, rec)
     response = rec.get("response")
     if not isinstance(response, dict) or len(response) != 2:
         raise fail("field 'response' must be an object holding the two compared responses")

@@ -45,6 +45,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
@@ -72,6 +73,8 @@ __all__ = [
     "parse_each",
     "parse_jsonl_each",
     "question_id",
+    "question_record",
+    "rounds_from_agents",
     "short_label",
     "skipping",
     "table_from_columns",
@@ -376,6 +379,32 @@ def record_error(path: Path, index: int, key: str, what: str, *,
     if len(key) > 60:
         key = "..." + key[-57:] if key_end else key[:57] + "..."
     return ValueError(f"{path}: record {index} ({f'{at}, ' if at else ''}{key!r}): {what}")
+
+
+def rounds_from_agents(per_agent: Sequence[Sequence[str | None]]
+                       ) -> tuple[list[list[str | None]], list[str]]:
+    """Per-agent response lists (``per_agent[a][t]``) turned into per-round rows
+    ``texts[t][a]`` (null where an agent has fewer rounds than the longest), with the flags
+    ``["ragged_rounds"]`` when the agents' lists differ in length (``[]`` otherwise)."""
+    n_rounds = max(len(r) for r in per_agent)
+    texts = [[r[t] if t < len(r) else None for r in per_agent] for t in range(n_rounds)]
+    flags = ["ragged_rounds"] if any(len(r) < n_rounds for r in per_agent) else []
+    return texts, flags
+
+
+def question_record(path: Path, index: int, rec: object
+                    ) -> tuple[dict, str, Callable[[str], ValueError]]:
+    """``(rec, question, fail)`` for a record that must be an object with a string
+    ``question``: ``fail(what)`` builds :func:`record_error` for this record, keyed by its
+    question (keyword arguments pass through). Raises that error when ``rec`` is not an
+    object or lacks the question."""
+    if not isinstance(rec, dict):
+        raise record_error(path, index, "", f"expected an object, got {type(rec).__name__}")
+    question = rec.get("question")
+    fail = partial(record_error, path, index, question if isinstance(question, str) else "")
+    if not isinstance(question, str):
+        raise fail("missing or non-string field 'question'")
+    return rec, question, fail
 
 
 def chat_history(history: object, a: int | str, fail: Callable[[str], Exception], *,

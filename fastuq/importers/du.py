@@ -33,6 +33,7 @@ from fastuq.importers.common import (
     load_json_object,
     parse_each,
     record_error,
+    rounds_from_agents,
 )
 
 __all__ = ["parse_du_file", "parse_gold"]
@@ -75,11 +76,7 @@ def _parse_record(path: Path, index: int, key: str, value) -> ParsedRecord:
     if isinstance(gold, bool) or not isinstance(gold, str | int | float):
         raise fail(f"gold must be a string or a number, got {type(gold).__name__}")
     per_agent = [chat_history(history, a, fail)[0] for a, history in enumerate(contexts)]
-    n_rounds = max(len(r) for r in per_agent)
-    texts: list[list[str | None]] = [
-        [r[t] if t < len(r) else None for r in per_agent] for t in range(n_rounds)
-    ]
-    flags = ["ragged_rounds"] if any(len(r) < n_rounds for r in per_agent) else []
+    texts, flags = rounds_from_agents(per_agent)
     return ParsedRecord(
         trajectory_id=f"{path.stem}:{index}",
         question=key.strip(),

@@ -50,6 +50,7 @@ from fastuq.importers.common import (
     label_answer,
     load_json,
     record_error,
+    rounds_from_agents,
     short_label,
 )
 from fastuq.importers.du import parse_gold
@@ -102,10 +103,8 @@ def parse_mad_file(path: Path, name: str | None = None) -> list[ParsedRecord]:
     gold = _first(obj, _GOLD_KEYS, fail)
     reference = None if gold is None else short_label(parse_gold(gold))
     kind = answer_kind(reference)
-    n_rounds = max(len(t) for t in turns)
-    texts = [[t[r] if r < len(t) else None for t in turns] for r in range(n_rounds)]
+    texts, flags = rounds_from_agents(turns)
     answers = [[label_answer(x, kind, reference) for x in row] for row in texts]
-    flags = ["ragged_rounds"] if any(len(t) < n_rounds for t in turns) else []
     decision = _first(obj, _DECISION_KEYS, fail)
     if decision is None:
         flags.append("undecided")
