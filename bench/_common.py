@@ -36,6 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from fastuq.io.writers import atomic_write_json, json_default
+
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 RESULTS_DIR = BENCH_DIR / "results"
@@ -142,15 +144,7 @@ def run_worker(
 
 def emit_result(result: dict[str, Any]) -> None:
     """Print a worker's result for :func:`run_worker` (one tagged JSON line)."""
-    print(RESULT_TAG + json.dumps(result, default=_json_default), flush=True)
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+    print(RESULT_TAG + json.dumps(result, default=json_default), flush=True)
 
 
 # ----------------------------------------------------------------------------- bandwidth
@@ -286,10 +280,7 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]],
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=_json_default) + "\n")
-    tmp.replace(path)
+    atomic_write_json(path, data)
 
 
 def section_markers(name: str) -> tuple[str, str]:

@@ -173,23 +173,15 @@ class FitResult:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write :meth:`to_dict` as JSON, atomically (temporary file, then rename)."""
-        from fastuq.io.writers import atomic_write_text
+        from fastuq.io.writers import atomic_write_json
 
         path = Path(path)
-        atomic_write_text(path, json.dumps(self.to_dict(), indent=1, default=_json_default) + "\n")
+        atomic_write_json(path, self.to_dict())
         return path
 
 
 def _fmt(value: float | None) -> str:
     return "   —  " if value is None or not math.isfinite(value) else f"{value:.4f}"
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
 #: Top-level keys of the JSON :meth:`FitResult.save` writes.

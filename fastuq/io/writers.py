@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -24,16 +25,20 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 __all__ = [
     "AtomicParquetWriter",
     "OutputError",
     "atomic_write_files",
+    "atomic_write_json",
     "atomic_write_parquet",
     "atomic_write_text",
     "atomic_write_with",
+    "json_default",
     "check_outputs",
     "cli_check_outputs",
     "remove_temporaries_on_sigterm",
@@ -283,6 +288,22 @@ def _publish(tmp: Path, path: Path) -> None:
         _discard(tmp)
         raise
     _forget(str(tmp))
+
+
+def json_default(value: Any) -> Any:
+    """``json.dumps``'s ``default`` for NumPy values: scalars as Python numbers, arrays as
+    (nested) lists; TypeError naming the type for anything else."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def atomic_write_json(path: str | os.PathLike, doc: Any, *, indent: int | None = 1) -> None:
+    """Write ``doc`` as JSON (NumPy values through :func:`json_default`, a final newline) to
+    ``path`` atomically, as :func:`atomic_write_text` does."""
+    atomic_write_text(path, json.dumps(doc, indent=indent, default=json_default) + "\n")
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
