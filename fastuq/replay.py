@@ -2,25 +2,9 @@
 re-exports): the policies and the replay (:mod:`fastuq.decisions.replay`) and what stopping
 after each round gives (:mod:`fastuq.decisions.outcomes`)."""
 
-from fastuq.decisions.outcomes import (
-    CALLS,
-    Outcomes,
-    grid_sums,
-    round_answer_slots,
-    round_outcomes,
-    stop_rounds,
-    uaad_grid_sums,
-)
-from fastuq.decisions.replay import (
-    POLICIES,
-    Policy,
-    ReplayResult,
-    pareto_front,
-    plot_replay,
-    replay,
-    tie_counts,
-)
+from fastuq.decisions.outcomes import *  # noqa: F403 (the old path re-exports the new home)
+from fastuq.decisions.replay import *  # noqa: F403
 
-__all__ = ["CALLS", "POLICIES", "Outcomes", "Policy", "ReplayResult", "grid_sums",
+__all__ = ["CALLS", "POLICIES", "Outcomes", "Policy", "ReplayResult", "grid_sums",  # noqa: F405
            "pareto_front", "plot_replay", "replay", "round_answer_slots", "round_outcomes",
            "stop_rounds", "tie_counts", "uaad_grid_sums"]
