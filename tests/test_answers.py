@@ -379,7 +379,6 @@ def test_answer_classes_agree_with_pairwise_equivalence():
 
 
 def test_math_true_without_math_verify_raises(monkeypatch):
-    import fastuq.answers.check as chk
 
     monkeypatch.setitem(sys.modules, "math_verify", None)  # import now fails
     assert not A.math_verify_available()
@@ -387,7 +386,9 @@ def test_math_true_without_math_verify_raises(monkeypatch):
         check_answers(["x+1"], ["1+x"], math=True)
     with pytest.raises(ImportError, match=r"fastuq\[math\]"):
         answer_classes(["y+2", "2+y"], math=True)
-    chk._mv_parse.cache_clear()
+    import fastuq.answers.symbolic as sym
+
+    sym.parse_cached.cache_clear()
     # math=False never needs it
     assert answers_equivalent("0.5", "1/2")
 
