@@ -55,6 +55,11 @@ column is packed (``fastuq.engine.batch``), and in :func:`umas_trajectory`.
 Inputs are taken as they are (no validation): the public entry points in ``fastuq`` validate.
 Values in padded slots (node_mask false) may be anything, NaN included, and never change a
 score.
+
+Why one module over 600 lines: one estimator is one place (DESIGN.md). The kernel, its NumPy
+twin and the per-trajectory reference share the graph encoding (bit rows, default graphs),
+the constants and the update rule written above, and are meant to be read side by side; the
+file is cut into marked sections (graphs, kernel, twin, reference, registry views).
 """
 
 from __future__ import annotations
