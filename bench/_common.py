@@ -329,6 +329,20 @@ def add_output_args(p) -> None:
     p.add_argument("--worker", help=argparse.SUPPRESS)
 
 
+def handled(args, name: str, worker_main: Callable[[str], object],
+            render: Callable[[dict[str, Any]], str]) -> bool:
+    """Run the hidden ``--worker`` (``worker_main(spec)``) or ``--from-json``
+    (:func:`rerender` with ``render``) that :func:`add_output_args` declares, if given:
+    True when one ran and the benchmark's own measuring is to be skipped."""
+    if args.worker:
+        worker_main(args.worker)
+        return True
+    if args.from_json:
+        rerender(args.from_json, name, render, args.no_readme)
+        return True
+    return False
+
+
 def rerender(path: Path, name: str, render: Callable[[dict[str, Any]], str],
              no_readme: bool) -> None:
     """``--from-json``: print the section ``render`` makes of saved results and, unless

@@ -1219,17 +1219,14 @@ def main(argv: list[str] | None = None) -> None:
                    help=f"where the corpora are generated once and kept (default {DEFAULT_CACHE})")
     bc.add_output_args(p)
     args = p.parse_args(argv)
-    if args.worker:
-        worker_main(args.worker)
-        return
-    if args.from_json:
-        def rebuild(data):
-            data["headline"] = headline(data)
-            data["table"] = build_table(data)
-            data["big_table"] = build_big_table(data)
-            return render(data)
 
-        bc.rerender(args.from_json, NAME, rebuild, args.no_readme)
+    def rebuild(data):
+        data["headline"] = headline(data)
+        data["table"] = build_table(data)
+        data["big_table"] = build_big_table(data)
+        return render(data)
+
+    if bc.handled(args, NAME, worker_main, rebuild):
         return
 
     q = args.quick

@@ -570,17 +570,14 @@ def main(argv: list[str] | None = None) -> None:
                         "cache-sized column blocks) at the largest N, float32")
     bc.add_output_args(p)
     args = p.parse_args(argv)
-    if args.worker:
-        worker_main(args.worker)
-        return
-    if args.from_json:
-        def rebuild(data):
-            data["table"] = build_table(data)
-            data["explore_table"] = build_explore_table(data)
-            data["headline"] = headline(data)
-            return render(data)
 
-        bc.rerender(args.from_json, NAME, rebuild, args.no_readme)
+    def rebuild(data):
+        data["table"] = build_table(data)
+        data["explore_table"] = build_explore_table(data)
+        data["headline"] = headline(data)
+        return render(data)
+
+    if bc.handled(args, NAME, worker_main, rebuild):
         return
 
     q = args.quick
