@@ -814,3 +814,116 @@ def test_sigterm_while_a_set_moves_in_is_held_until_the_set_is_in(tmp_path, monk
     assert sorted(p.name for p in out.iterdir()) == ["f0.png", "f1.png", "f2.png"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plots"]
     assert not _io._TEMPORARIES
+
+
+# --- a folder written whole: the Ray runner's Parquet dataset folders -------------------------
+
+
+def _parts(staging: Path, names) -> None:
+    for name in names:
+        (staging / name).write_bytes(name.encode())
+
+
+def test_atomic_write_folder_replaces_the_folder_whole(tmp_path):
+    """A folder written whole (unlike atomic_write_files, which keeps other files): the
+    previous folder's files are gone, the new ones in, nothing else left beside it."""
+    from fastuq.io import writers as _io
+
+    out = tmp_path / "sub" / "scores"  # its parent is created
+    assert _io.atomic_write_folder(out, lambda s: _parts(s, ["a.parquet", "b.parquet"])) == out
+    assert _listing(tmp_path) == ["a.parquet", "b.parquet", "scores", "sub"]
+    _io.atomic_write_folder(out, lambda s: _parts(s, ["c.parquet"]))
+    assert _listing(tmp_path) == ["c.parquet", "scores", "sub"]
+    assert (out / "c.parquet").read_bytes() == b"c.parquet"
+    assert not _io._TEMPORARIES
+
+
+@pytest.mark.parametrize("existing", [False, True])
+@pytest.mark.parametrize("fail", ["write", "rename"])
+def test_atomic_write_folder_failing_leaves_the_previous_folder(tmp_path, monkeypatch,
+                                                                existing, fail):
+    """A write that fails (a full disk) or a rename into place that fails: the previous
+    folder as it was (moved back when it had been moved aside), no temporary folder."""
+    from fastuq.io import writers as _io
+
+    out = tmp_path / "scores"
+    if existing:
+        out.mkdir()
+        (out / "old.parquet").write_bytes(b"old")
+    real = os.rename
+
+    def rename(src, dst):
+        if Path(dst) == out and Path(src).name.endswith(".tmp"):
+            raise OSError("rename failed")
+        return real(src, dst)
+
+    def write(staging: Path) -> None:
+        _parts(staging, ["new.parquet"])
+        if fail == "write":
+            raise OSError("disk full")
+
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(OSError, match="disk full" if fail == "write" else "rename failed"):
+        _io.atomic_write_folder(out, write)
+    monkeypatch.undo()
+    assert _listing(tmp_path) == (["old.parquet", "scores"] if existing else [])
+    if existing:
+        assert (out / "old.parquet").read_bytes() == b"old"
+    assert not _io._TEMPORARIES
+
+
+def test_sigterm_while_a_folder_is_written_removes_its_temporary_folder(tmp_path):
+    """The temporary folder is registered: SIGTERM while it is written (with the fastuq
+    command's handler) removes it and leaves the previous folder as it was."""
+    from fastuq.io import writers as _io
+
+    out = tmp_path / "scores"
+    out.mkdir()
+    (out / "old.parquet").write_bytes(b"old")
+
+    def write(staging: Path) -> None:
+        _parts(staging, ["new.parquet"])
+        os.kill(os.getpid(), signal.SIGTERM)  # handled at the next bytecode: mid-write
+        time.sleep(1)
+
+    old = signal.getsignal(signal.SIGTERM)
+    _io.remove_temporaries_on_sigterm()
+    try:
+        with pytest.raises(SystemExit) as exc:
+            _io.atomic_write_folder(out, write)
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    assert exc.value.code == 128 + signal.SIGTERM
+    assert _listing(tmp_path) == ["old.parquet", "scores"]
+    assert not _io._TEMPORARIES
+
+
+def test_sigterm_while_a_folder_moves_in_is_held_until_it_is_in(tmp_path, monkeypatch):
+    """SIGTERM arriving after the previous folder was moved aside waits for the new one to
+    be in place (and the previous one removed): never no folder at all."""
+    from fastuq.io import writers as _io
+
+    out = tmp_path / "scores"
+    out.mkdir()
+    (out / "old.parquet").write_bytes(b"old")
+    real = os.rename
+    calls = {"n": 0}
+
+    def rename(src, dst):
+        calls["n"] += 1
+        real(src, dst)
+        if calls["n"] == 1:  # the previous folder is aside
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    old = signal.getsignal(signal.SIGTERM)
+    _io.remove_temporaries_on_sigterm()
+    try:
+        monkeypatch.setattr(os, "rename", rename)
+        with pytest.raises(SystemExit) as exc:
+            _io.atomic_write_folder(out, lambda s: _parts(s, ["new.parquet"]))
+    finally:
+        signal.signal(signal.SIGTERM, old)
+        monkeypatch.undo()
+    assert exc.value.code == 128 + signal.SIGTERM and calls["n"] == 2
+    assert _listing(tmp_path) == ["new.parquet", "scores"]
+    assert not _io._TEMPORARIES

@@ -13,6 +13,9 @@
 * :func:`atomic_write_files` writes a set of files (``fastuq eval --plots``) into a temporary
   folder beside the destination and moves them in together, SIGTERM held off while they
   move: a failed or killed run leaves none of the new set.
+* :func:`atomic_write_folder` writes a whole folder (a Parquet dataset folder, ``fastuq score
+  --engine ray``) into a temporary folder beside the destination that then replaces it whole:
+  a failed or killed run leaves the previous folder as it was.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ __all__ = [
     "AtomicParquetWriter",
     "OutputError",
     "atomic_write_files",
+    "atomic_write_folder",
     "atomic_write_parquet",
     "atomic_write_text",
     "atomic_write_with",
@@ -369,6 +373,52 @@ def atomic_write_files(folder: str | os.PathLike,
         _discard_folder(staging)
         raise
     return [folder / name for name in names]
+
+
+def _replace_folder(tmp: Path, path: Path) -> None:
+    """Move the finished folder ``tmp`` to ``path`` (a previous folder there is moved aside
+    first, then removed; moved back if the rename fails)."""
+    import secrets
+
+    old = None
+    if path.exists():
+        old = path.parent / f".{path.name}.{secrets.token_hex(4)}.old"
+        os.rename(path, old)
+    try:
+        os.rename(tmp, path)
+    except BaseException:
+        if old is not None:
+            os.rename(old, path)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def atomic_write_folder(folder: str | os.PathLike, write: Callable[[Path], object]) -> Path:
+    """Write the folder ``folder`` whole or not at all.
+
+    ``write(staging)`` fills ``staging``, a temporary folder beside ``folder`` (same file
+    system), which then replaces ``folder`` whole: a previous folder there is moved aside,
+    ``staging`` renamed into place and the previous folder removed, SIGTERM held off while
+    they move. Unlike :func:`atomic_write_files`, nothing of the previous folder is kept (a
+    Parquet dataset folder, whose part files must all be of one run). On any exception, or
+    SIGTERM (with :func:`remove_temporaries_on_sigterm`) before the move, ``staging`` is
+    removed and ``folder`` is left as it was.
+
+    Returns ``folder``.
+    """
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = _temporary_folder(folder)
+    try:
+        write(staging)
+        with _SigtermHeld():
+            _replace_folder(staging, folder)
+            _forget(str(staging))
+    except BaseException:
+        _discard_folder(staging)
+        raise
+    return folder
 
 
 def atomic_write_with(path: str | os.PathLike, write: Callable[[Path], object]) -> Path:

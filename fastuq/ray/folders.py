@@ -1,15 +1,14 @@
 """Writing the Ray runner's results as Parquet dataset folders, atomically:
 :func:`score_to_folder` (``fastuq score --engine ray SRC -o OUT_DIR``) and its
 :class:`FolderReport`. Each folder is checked before any work (not an input, not inside
-one, nothing but Parquet files in it) and written into a temporary sibling folder, renamed
-into place when complete.
+one, nothing but Parquet files in it) and written through
+:func:`fastuq.io.writers.atomic_write_folder` (a temporary sibling folder that replaces it
+when complete).
 """
 
 from __future__ import annotations
 
 import os
-import secrets
-import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -51,51 +50,22 @@ def _check_folder(path: Path, flag: str, inputs: Sequence[str], roots: Sequence[
     check_outputs(inputs, [(flag, path, "dir")])
 
 
-def _temporary_folder(path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for _ in range(100):
-        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
-        try:
-            tmp.mkdir()
-        except FileExistsError:
-            continue
-        return tmp
-    raise FileExistsError(f"{path.parent}: no free temporary name for {path.name}")
-
-
-def _publish_folder(tmp: Path, path: Path) -> None:
-    """Move the finished folder ``tmp`` to ``path`` (a previous output there is moved aside
-    first, then removed)."""
-    old = None
-    if path.exists():
-        old = path.parent / f".{path.name}.{secrets.token_hex(4)}.old"
-        os.rename(path, old)
-    try:
-        os.rename(tmp, path)
-    except BaseException:
-        if old is not None:
-            os.rename(old, path)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def _write_folder(ds: ray.data.Dataset, path: Path, schema: pa.Schema, n: int) -> None:
-    """Write ``ds`` as a Parquet dataset folder at ``path``, atomically: into a temporary
-    sibling folder, renamed into place when complete (removed on any error). An empty
-    dataset is one empty file with the schema."""
+    """Write ``ds`` as a Parquet dataset folder at ``path``, atomically
+    (:func:`~fastuq.io.writers.atomic_write_folder`: into a temporary sibling folder, which
+    replaces ``path`` when complete and is removed on any error). An empty dataset is one
+    empty file with the schema."""
     import pyarrow.parquet as pq
 
-    tmp = _temporary_folder(path)
-    try:
+    from fastuq.io.writers import atomic_write_folder
+
+    def write(tmp: Path) -> None:
         if n:
             ds.write_parquet(str(tmp))
         else:
             pq.write_table(schema.empty_table(), tmp / "part-00000.parquet")
-        _publish_folder(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+    atomic_write_folder(path, write)
 
 
 @dataclass
