@@ -4,7 +4,7 @@ The rule (README, "Exit status"): 0 success; 2 a usage or input error (a bad opt
 unreadable or invalid input, a record that fails validation); 1 a run that failed (an I/O
 failure while writing, an internal error). Each subcommand is run here on a small corpus in
 each of the three situations; a write failure is an ``OSError(ENOSPC)`` raised where every
-atomic write publishes its file (``fastuq.io.writers._publish``), as a full disk would.
+atomic write publishes its file (``fastuq.io.writers.publish_temporary``), as a full disk would.
 """
 
 from __future__ import annotations
@@ -50,10 +50,10 @@ def files(tmp_path_factory):
 
 def _disk_full(monkeypatch):
     def publish(tmp, path):  # the rename fails: the temporary file goes, as in _publish
-        fastuq.io.writers._discard(Path(tmp))
+        fastuq.io.writers.discard_temporary(Path(tmp))
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
-    monkeypatch.setattr(fastuq.io.writers, "_publish", publish)
+    monkeypatch.setattr(fastuq.io.writers, "publish_temporary", publish)
 
 
 #: Per subcommand: (a usage error, an invalid input, a run whose output cannot be written);

@@ -24,6 +24,8 @@ import ray.data
 
 import fastuq
 import fastuq.ray as fray
+import fastuq.ray.driver
+import fastuq.ray.repeats
 from fastuq.cli import main
 from fastuq.metrics import auarc, auroc
 from fastuq.synth import corpus
@@ -107,13 +109,13 @@ def ray_run(local_ray, data):
     large corpus gets), in batches of 25 rows that cut the reader's chunks and join files
     (as GPU actors, which must be given a batch size, get them; the CLI test below runs
     the CPU actors' whole blocks)."""
-    saved = fray.BUCKET_IDS, fray._batch_size
-    fray.BUCKET_IDS = 64  # 260 ids: 5 buckets
-    fray._batch_size = lambda num_gpus, chunk_rows: 25
+    saved = fastuq.ray.repeats.BUCKET_IDS, fastuq.ray.driver._batch_size
+    fastuq.ray.repeats.BUCKET_IDS = 64  # 260 ids: 5 buckets
+    fastuq.ray.driver._batch_size = lambda num_gpus, chunk_rows: 25
     try:
         res = fray.score_dataset(data, METHODS, on_error="skip", chunk_rows=CHUNK)
     finally:
-        fray.BUCKET_IDS, fray._batch_size = saved
+        fastuq.ray.repeats.BUCKET_IDS, fastuq.ray.driver._batch_size = saved
     scores = pa.concat_tables(res.scores.iter_batches(batch_size=None, batch_format="pyarrow"))
     return res, scores
 

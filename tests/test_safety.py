@@ -17,6 +17,7 @@ import pytest
 
 import fastuq
 from fastuq.cli import main
+from fastuq.io import temporaries
 
 DATA = Path(__file__).parent / "data"
 
@@ -193,7 +194,6 @@ def test_fit_and_select_check_their_outputs_first_and_write_atomically(tmp_path,
     assert corpus.read_bytes() == before
     # A failing write of the JSON leaves neither the target nor a temporary file.
     from fastuq.fit import fit_sauce
-    from fastuq.io import writers as _io
 
     result = fit_sauce(corpus, steps=2, folds=2)
 
@@ -205,7 +205,7 @@ def test_fit_and_select_check_their_outputs_first_and_write_atomically(tmp_path,
         result.save(tmp_path / "out" / "p.json")
     monkeypatch.undo()
     assert _listing(tmp_path / "out") == []
-    assert not _io._TEMPORARIES
+    assert not temporaries.TEMPORARIES
 
 
 def test_temporary_file_removed_when_writing_fails(tmp_path):
@@ -257,7 +257,7 @@ def test_failure_on_a_pipeline_thread_leaves_nothing_behind(tmp_path, monkeypatc
         fastuq.score_file(src, out_dir / "s.parquet", chunk_rows=1_000, backend="numpy")
     monkeypatch.undo()
     assert _listing(out_dir) == []
-    assert not _io._TEMPORARIES
+    assert not temporaries.TEMPORARIES
 
 
 def test_sigterm_mid_run_leaves_nothing_behind(tmp_path):
@@ -701,7 +701,6 @@ def test_eval_plots_failing_to_write_leave_none_of_the_set(tmp_path, capsys, mon
 
     from matplotlib.figure import Figure
 
-    from fastuq.io import writers as _io
 
     corpus = _plots_corpus(tmp_path / "in")
     out = tmp_path / "plots"
@@ -727,7 +726,7 @@ def test_eval_plots_failing_to_write_leave_none_of_the_set(tmp_path, capsys, mon
                                   ["c.parquet", "in", "plots", "risk_coverage.png"])
     if existing:
         assert (out / "risk_coverage.png").read_bytes() == b"old"
-    assert not _io._TEMPORARIES
+    assert not temporaries.TEMPORARIES
 
 
 def test_eval_plots_are_moved_in_as_a_set(tmp_path, capsys):
@@ -813,4 +812,117 @@ def test_sigterm_while_a_set_moves_in_is_held_until_the_set_is_in(tmp_path, monk
     assert exc.value.code == 128 + signal.SIGTERM
     assert sorted(p.name for p in out.iterdir()) == ["f0.png", "f1.png", "f2.png"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plots"]
-    assert not _io._TEMPORARIES
+    assert not temporaries.TEMPORARIES
+
+
+# --- a folder written whole: the Ray runner's Parquet dataset folders -------------------------
+
+
+def _parts(staging: Path, names) -> None:
+    for name in names:
+        (staging / name).write_bytes(name.encode())
+
+
+def test_atomic_write_folder_replaces_the_folder_whole(tmp_path):
+    """A folder written whole (unlike atomic_write_files, which keeps other files): the
+    previous folder's files are gone, the new ones in, nothing else left beside it."""
+    from fastuq.io import writers as _io
+
+    out = tmp_path / "sub" / "scores"  # its parent is created
+    assert _io.atomic_write_folder(out, lambda s: _parts(s, ["a.parquet", "b.parquet"])) == out
+    assert _listing(tmp_path) == ["a.parquet", "b.parquet", "scores", "sub"]
+    _io.atomic_write_folder(out, lambda s: _parts(s, ["c.parquet"]))
+    assert _listing(tmp_path) == ["c.parquet", "scores", "sub"]
+    assert (out / "c.parquet").read_bytes() == b"c.parquet"
+    assert not temporaries.TEMPORARIES
+
+
+@pytest.mark.parametrize("existing", [False, True])
+@pytest.mark.parametrize("fail", ["write", "rename"])
+def test_atomic_write_folder_failing_leaves_the_previous_folder(tmp_path, monkeypatch,
+                                                                existing, fail):
+    """A write that fails (a full disk) or a rename into place that fails: the previous
+    folder as it was (moved back when it had been moved aside), no temporary folder."""
+    from fastuq.io import writers as _io
+
+    out = tmp_path / "scores"
+    if existing:
+        out.mkdir()
+        (out / "old.parquet").write_bytes(b"old")
+    real = os.rename
+
+    def rename(src, dst):
+        if Path(dst) == out and Path(src).name.endswith(".tmp"):
+            raise OSError("rename failed")
+        return real(src, dst)
+
+    def write(staging: Path) -> None:
+        _parts(staging, ["new.parquet"])
+        if fail == "write":
+            raise OSError("disk full")
+
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(OSError, match="disk full" if fail == "write" else "rename failed"):
+        _io.atomic_write_folder(out, write)
+    monkeypatch.undo()
+    assert _listing(tmp_path) == (["old.parquet", "scores"] if existing else [])
+    if existing:
+        assert (out / "old.parquet").read_bytes() == b"old"
+    assert not temporaries.TEMPORARIES
+
+
+def test_sigterm_while_a_folder_is_written_removes_its_temporary_folder(tmp_path):
+    """The temporary folder is registered: SIGTERM while it is written (with the fastuq
+    command's handler) removes it and leaves the previous folder as it was."""
+    from fastuq.io import writers as _io
+
+    out = tmp_path / "scores"
+    out.mkdir()
+    (out / "old.parquet").write_bytes(b"old")
+
+    def write(staging: Path) -> None:
+        _parts(staging, ["new.parquet"])
+        os.kill(os.getpid(), signal.SIGTERM)  # handled at the next bytecode: mid-write
+        time.sleep(1)
+
+    old = signal.getsignal(signal.SIGTERM)
+    _io.remove_temporaries_on_sigterm()
+    try:
+        with pytest.raises(SystemExit) as exc:
+            _io.atomic_write_folder(out, write)
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    assert exc.value.code == 128 + signal.SIGTERM
+    assert _listing(tmp_path) == ["old.parquet", "scores"]
+    assert not temporaries.TEMPORARIES
+
+
+def test_sigterm_while_a_folder_moves_in_is_held_until_it_is_in(tmp_path, monkeypatch):
+    """SIGTERM arriving after the previous folder was moved aside waits for the new one to
+    be in place (and the previous one removed): never no folder at all."""
+    from fastuq.io import writers as _io
+
+    out = tmp_path / "scores"
+    out.mkdir()
+    (out / "old.parquet").write_bytes(b"old")
+    real = os.rename
+    calls = {"n": 0}
+
+    def rename(src, dst):
+        calls["n"] += 1
+        real(src, dst)
+        if calls["n"] == 1:  # the previous folder is aside
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    old = signal.getsignal(signal.SIGTERM)
+    _io.remove_temporaries_on_sigterm()
+    try:
+        monkeypatch.setattr(os, "rename", rename)
+        with pytest.raises(SystemExit) as exc:
+            _io.atomic_write_folder(out, lambda s: _parts(s, ["new.parquet"]))
+    finally:
+        signal.signal(signal.SIGTERM, old)
+        monkeypatch.undo()
+    assert exc.value.code == 128 + signal.SIGTERM and calls["n"] == 2
+    assert _listing(tmp_path) == ["new.parquet", "scores"]
+    assert not temporaries.TEMPORARIES
