@@ -499,7 +499,7 @@ def _use_device(backend: str, num_gpus: float, cpus: float) -> None:
         return
     with contextlib.suppress(RuntimeError):  # the backend already exists: keep it
         jax.config.update("jax_platforms", "cpu")
-    from fastuq.engine.runtime import use_cpu_devices
+    from fastuq.engine.host import use_cpu_devices
 
     use_cpu_devices(max(1, int(cpus)), strict=False)
 
@@ -574,7 +574,8 @@ class _ChunkScorer:
 
     def _chunk(self, table: pa.Table, source: str, rows: np.ndarray, file: int,
                problem: pa.ChunkedArray | None) -> pa.Table:
-        from fastuq.engine.scoring import check_chunk, score_checked_chunk, score_table
+        from fastuq.engine.checks import check_chunk
+        from fastuq.engine.pipeline import score_checked_chunk, score_table
         from fastuq.io.readers import Chunk
         from fastuq.io.schema import Problems
 
@@ -698,13 +699,9 @@ def _resolve_first(chunks: Iterator, methods, params: dict, *, skip: bool,
                    ) -> tuple[tuple[str, ...] | None, dict[str, str], tuple[str, ...]]:
     """The methods, as the single-process run resolves them on its first chunk (the first
     with a row left, under skip), with its option checks; and the extras of that chunk."""
-    from fastuq.engine.scoring import (
-        SeenIds,
-        make_batch,
-        resolve_once,
-        skip_bad_rows,
-        structural_problems,
-    )
+    from fastuq.engine.checks import SeenIds, structural_problems
+    from fastuq.engine.methods import resolve_once
+    from fastuq.engine.pipeline import make_batch, skip_bad_rows
 
     info: dict = {}
     seen = SeenIds()
@@ -798,8 +795,9 @@ def score_dataset(
     Returns:
       :class:`RayScores`.
     """
+    from fastuq.engine.checks import check_reading_options
+    from fastuq.engine.methods import corpus_columns, method_list
     from fastuq.engine.registry import check_params, get_estimator
-    from fastuq.engine.scoring import check_reading_options, corpus_columns, method_list
     from fastuq.io.readers import count_rows
 
     ray = _ray()
@@ -998,7 +996,7 @@ def score_to_folder(
       OutputError: (a ValueError, before any work) an output folder is, holds or lies in an
         input, or exists holding anything but Parquet files.
     """
-    from fastuq.engine.scoring import check_skip_options
+    from fastuq.engine.checks import check_skip_options
     from fastuq.errors import TooManySkipped
 
     start = time.perf_counter()
