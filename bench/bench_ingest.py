@@ -697,7 +697,7 @@ def worker_hotspots(spec: dict[str, Any]) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - private API moved: report, carry on
         out["sauce_params_arrays_error"] = repr(exc)
     try:
-        from fastuq.engine.scoring import _SeenIds
+        from fastuq.engine.checks import SeenIds as _SeenIds
 
         def seen_ids(parts) -> None:
             seen = _SeenIds()

@@ -244,6 +244,19 @@ class _Timed:
         return getattr(self.value, name)
 
 
+def _engine(*names: str):
+    """The first of the ``fastuq.engine`` modules ``names`` that this version has (the code
+    of ``scoring.py`` moved to ``methods``, ``checks``, ``pipeline`` and ``files``)."""
+    import importlib
+
+    for name in names:
+        try:
+            return importlib.import_module(f"fastuq.engine.{name}")
+        except ImportError:
+            continue
+    raise ImportError(f"fastuq.engine has none of {names}")
+
+
 def instrument(clock: StageClock) -> None:
     """Wrap fastuq's stage functions (those that exist in this version) with ``clock``."""
     import jax
@@ -265,8 +278,11 @@ def instrument(clock: StageClock) -> None:
     clock.patch(readers, "iter_chunks", "conform", "gen")  # its own time: casts, combine
     clock.patch(schema, "conform", "conform")
     clock.patch(schema, "validate", "validate")
-    clock.patch(scoring._SeenIds, "repeats", "validate")
-    clock.patch(scoring._SeenIds, "add", "validate")
+    checks = _engine("checks", "scoring")
+    seen_ids = getattr(checks, "SeenIds", None) or getattr(checks, "_SeenIds", None)
+    if seen_ids is not None:
+        clock.patch(seen_ids, "repeats", "validate")
+        clock.patch(seen_ids, "add", "validate")
     for name in ("validate_rounds", "_same_rounds", "node_confidence", "_check_empty"):
         clock.patch(inputs, name, "validate")
     for name in ("_agreement_from_answers", "vote_classes"):
@@ -281,7 +297,7 @@ def instrument(clock: StageClock) -> None:
     clock.patch(jax, "device_put", "transfer")
     clock.patch(writers.AtomicParquetWriter, "write", "write")
     clock.patch(writers.AtomicParquetWriter, "close", "write")
-    clock.patch(scoring, "_prefetch", "wait", "gen")
+    clock.patch(_engine("pipeline", "scoring"), "_prefetch", "wait", "gen")
     if hasattr(runtime, "tune_allocator"):  # as the fastuq command does
         runtime.tune_allocator()
     for name in ("_pack_chunk", "_score_chunk"):  # hooks of later versions, where present
@@ -310,7 +326,7 @@ def instrument(clock: StageClock) -> None:
 def _serialise(clock: StageClock) -> None:
     """Run every stage on the calling thread, one after the other (no prefetch, no writer
     thread): the stage times are then the work each stage does, without overlap."""
-    import fastuq.engine.scoring as scoring
+    scoring = _engine("pipeline", "scoring")  # where the pipeline's threads start
 
     for name in ("_prefetch", "_background"):
         fn = getattr(scoring, name, None)
@@ -363,9 +379,9 @@ def raw_read_seconds(path: Path, columns: list[str] | None) -> tuple[float, int]
 
 
 def _read_columns(src: Path, methods: str, check: str) -> list[str] | None:
-    from fastuq.engine.scoring import _columns_for
-
-    cols = _columns_for(methods, {}, str(src), check)
+    found = _engine("methods", "scoring")
+    columns_for = getattr(found, "corpus_columns", None) or found._columns_for
+    cols = columns_for(methods, {}, str(src), check)
     return None if cols is None else ["trajectory_id", *cols]
 
 

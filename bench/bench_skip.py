@@ -18,7 +18,7 @@ share the machine's load; one process, JAX on the host's CPU devices):
   2% bad skip   ``fastuq.score_file(bad, on_error="skip")``: the target is at most 1.5x
                 ``clean raise``
 
-Memory of the id check (``fastuq.engine.scoring._SeenIds``): ids ``t0000000..`` in a random
+Memory of the id check (``fastuq.engine.checks.SeenIds``): ids ``t0000000..`` in a random
 order (seed 1; ids in increasing order are checked without an index, which then holds
 nothing) fed in chunks of 262,144, the peak of ``tracemalloc`` (NumPy reports its buffers
 to it) during the feeding and what the object holds at the end, per trajectory; and its
@@ -97,7 +97,7 @@ def time_interleaved(fns: dict, repeats: int) -> dict[str, float]:
 
 
 def seen_memory(n: int, chunk: int = 1 << 18) -> dict:
-    from fastuq.engine.scoring import _SeenIds
+    from fastuq.engine.checks import SeenIds as _SeenIds
 
     ids = pa.array([f"t{k:09d}" for k in np.random.default_rng(1).permutation(n)])
     seen = _SeenIds()
@@ -121,7 +121,7 @@ def seen_memory(n: int, chunk: int = 1 << 18) -> dict:
 
 def seen_speed(n: int, chunk: int = 1 << 16) -> dict:
     """Seconds and ids/s of the id-uniqueness check over ``n`` distinct ids."""
-    from fastuq.engine.scoring import _SeenIds
+    from fastuq.engine.checks import SeenIds as _SeenIds
 
     ids = pc.cast(pa.array(np.random.default_rng(0).permutation(n)), pa.string())
     seen = _SeenIds()

@@ -10,10 +10,12 @@ Importing fastuq does not import JAX; the first kernel call does. Submodules suc
 import importlib
 
 from fastuq._lazy import submodule_getattr
+from fastuq.engine.files import score_file
+from fastuq.engine.host import use_cpu_devices
+from fastuq.engine.methods import available_methods
 from fastuq.engine.registry import ESTIMATORS, Estimator, Param, get_estimator
 from fastuq.engine.registry import register as register_estimator
 from fastuq.engine.registry import unregister as unregister_estimator
-from fastuq.engine.runtime import use_cpu_devices
 from fastuq.engine.sauce import (
     PRESETS,
     lambda_kalman_forward,
@@ -21,7 +23,7 @@ from fastuq.engine.sauce import (
     sauce_batch,
     sauce_score,
 )
-from fastuq.engine.scoring import available_methods, score, score_file
+from fastuq.engine.scoring import score
 from fastuq.signals.scalar import compute_token_entropy, majority_margin
 
 __version__ = "0.1.0"

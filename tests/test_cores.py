@@ -202,7 +202,9 @@ def test_available_cpus_is_the_least_of_affinity_and_quota(tmp_path, monkeypatch
 
 
 def test_default_device_count_honours_xla_flags(monkeypatch):
-    monkeypatch.setattr(runtime, "available_cpus", lambda: 5)
+    from fastuq.engine import host  # default_cpu_devices looks available_cpus up there
+
+    monkeypatch.setattr(host, "available_cpus", lambda: 5)
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_foo=1 --xla_force_host_platform_device_count=3")
     assert runtime.default_cpu_devices() == 3
     monkeypatch.delenv("XLA_FLAGS")

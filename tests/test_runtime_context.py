@@ -2,7 +2,7 @@
 
 ``device_scope`` and ``record_splits`` keep their state in ``contextvars``: a thread in one
 scope does not see another thread's, and the threads that the scoring pipeline starts
-(``scoring._prefetch``: reading and preparing the next chunk) run in a copy of the caller's
+(``pipeline._prefetch``: reading and preparing the next chunk) run in a copy of the caller's
 context, under the caller's JAX default device (which JAX keeps per thread). Before issue
 20 the scope was a module-level list (every thread saw the last one set) and the prefetch
 thread lost JAX's default device and every context variable of its caller. The caches the
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from fastuq.engine import runtime
-from fastuq.engine.scoring import _prefetch
+from fastuq.engine.pipeline import _prefetch
 
 _PROBE: contextvars.ContextVar[str] = contextvars.ContextVar("probe", default="unset")
 

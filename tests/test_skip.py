@@ -120,7 +120,7 @@ def test_skip_matches_the_clean_records_scored_alone(tmp_path_factory, data):
 
 
 def test_skipping_scores_each_chunk_once_not_once_per_bad_record(tmp_path, monkeypatch):
-    import fastuq.engine.scoring as score_mod
+    import fastuq.engine.pipeline as score_mod  # where make_batch looks Batch up
 
     calls = []
     original = score_mod.Batch

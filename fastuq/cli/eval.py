@@ -144,7 +144,7 @@ def _evaluate(args, source: Path, methods, metrics, info: dict):
         return joined["correct"].to_numpy(), joined.select(names), names, groups
 
     import fastuq
-    from fastuq.engine.runtime import tune_allocator, use_cpu_devices
+    from fastuq.engine.host import tune_allocator, use_cpu_devices
 
     cs.check_skip_args(args)
     _check_has_label_field(source)
@@ -166,7 +166,7 @@ def _evaluate(args, source: Path, methods, metrics, info: dict):
                   table["protocol"].unique().to_pylist() if "protocol" in table.column_names
                   else [])
         cs.report_params("fastuq eval", per_protocol, protos, args.params)
-    from fastuq.engine.runtime import release_memory
+    from fastuq.engine.host import release_memory
     from fastuq.metrics.inputs import ScoreColumns
 
     labels = _label_array(table, str(source))

@@ -176,7 +176,7 @@ def _skip_lines(skipped) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``fastuq import``; returns the exit status."""
-    from fastuq.engine.scoring import ProgressBar
+    from fastuq.engine.files import ProgressBar
     from fastuq.io.writers import atomic_write_parquet, cli_check_outputs
 
     prog = "fastuq import"

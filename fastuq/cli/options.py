@@ -24,8 +24,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fastuq.engine.checks import Skipped
+from fastuq.engine.files import ProgressBar
 from fastuq.engine.registry import SAUCE_PARAMS as _REGISTRY_SAUCE_PARAMS
-from fastuq.engine.scoring import ProgressBar, Skipped
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -420,7 +421,7 @@ def score_corpus(
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from fastuq.engine.scoring import iter_scores
+    from fastuq.engine.pipeline import iter_scores
     from fastuq.io.readers import count_rows
 
     total = count_rows(source) if progress is not None else None

@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         if per_protocol is not None:  # build_report applies the file itself
             params = cs.parse_params(args.param)
         if args.backend == "jax":
-            from fastuq.engine.runtime import use_cpu_devices
+            from fastuq.engine.host import use_cpu_devices
 
             use_cpu_devices(None, strict=False)
         from fastuq.evaluation.report import write_report

@@ -124,7 +124,7 @@ def _option_problem(args: argparse.Namespace) -> str | None:
         return "--pack applies to the local engine (--engine ray workers pack on the host)"
     if args.engine == "ray" and args.processes is not None:
         return "--processes is not used with --engine ray (each worker checks its chunks)"
-    from fastuq.engine.scoring import method_list
+    from fastuq.engine.methods import method_list
 
     try:
         method_list(args.method)
@@ -136,8 +136,8 @@ def _option_problem(args: argparse.Namespace) -> str | None:
 def _check_param_values(args: argparse.Namespace, params: dict) -> None:
     """The estimator parameters' names and values, before anything is read (a parameter
     error is a usage error: exit 2, not a failed run)."""
+    from fastuq.engine.methods import method_list
     from fastuq.engine.registry import check_params
-    from fastuq.engine.scoring import method_list
 
     names = method_list(args.method)
     given = dict(params)
@@ -149,8 +149,8 @@ def _check_param_values(args: argparse.Namespace, params: dict) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``fastuq score``; returns the exit status."""
     from fastuq.cli import sample_corpus_path
-    from fastuq.engine.runtime import tune_allocator, use_cpu_devices
-    from fastuq.engine.scoring import ProgressBar, score_file
+    from fastuq.engine.files import ProgressBar, score_file
+    from fastuq.engine.host import tune_allocator, use_cpu_devices
     from fastuq.io.writers import OutputError, cli_check_outputs
 
     prog = "fastuq score"

@@ -252,9 +252,9 @@ def replay(
     Returns:
       a :class:`ReplayResult`. Memory is bounded by the chunk: every metric is a sum.
     """
+    from fastuq.engine.pipeline import iter_scores
     from fastuq.engine.registry import get_estimator
     from fastuq.engine.runner import run_estimator_rounds
-    from fastuq.engine.scoring import iter_scores
 
     pols = [p if isinstance(p, Policy) else Policy(str(p)) for p in policies]
     if not pols:
@@ -371,7 +371,7 @@ def _with_reference(batch, on_error: str, skipped: list) -> np.ndarray | None:
     ``on_error="skip"`` the record is appended to ``skipped``."""
     import pyarrow.compute as pc
 
-    from fastuq.engine.scoring import Skipped
+    from fastuq.engine.checks import Skipped
     from fastuq.errors import RecordError
 
     if "reference" not in batch.table.column_names:

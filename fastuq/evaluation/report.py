@@ -272,7 +272,7 @@ def build_report(
     import pyarrow as pa
 
     from fastuq import ESTIMATORS
-    from fastuq.engine.scoring import iter_scores
+    from fastuq.engine.pipeline import iter_scores
     from fastuq.evaluation.tables import evaluation_tables
 
     if plots:

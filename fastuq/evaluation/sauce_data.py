@@ -219,7 +219,8 @@ def load_sauce_data(
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64):
         raise ValueError(f"dtype must be float32 or float64, got {dtype}")
-    from fastuq.engine.scoring import CHECKED_NODE_COLUMNS, check_reading_options
+    from fastuq.engine.checks import check_reading_options
+    from fastuq.engine.methods import CHECKED_NODE_COLUMNS
 
     check_reading_options(on_error, skipped, observation_noise, check)
     if isinstance(data, SauceData):
@@ -279,7 +280,8 @@ def _skipping_parts(data, protocol, dtype, chunk_rows, observation_noise, need_l
     ``need_labels``, records whose ``correct`` is null are skipped too."""
     import pyarrow as pa
 
-    from fastuq.engine.scoring import Skipped, iter_scores
+    from fastuq.engine.checks import Skipped
+    from fastuq.engine.pipeline import iter_scores
     from fastuq.io.readers import count_rows
 
     if _is_table(data) and hasattr(data, "to_arrow"):

@@ -85,13 +85,9 @@ def _resolve_first(chunks: Iterator, methods, params: dict, *, skip: bool,
                    ) -> tuple[tuple[str, ...] | None, dict[str, str], tuple[str, ...]]:
     """The methods, as the single-process run resolves them on its first chunk (the first
     with a row left, under skip), with its option checks; and the extras of that chunk."""
-    from fastuq.engine.scoring import (
-        SeenIds,
-        make_batch,
-        resolve_once,
-        skip_bad_rows,
-        structural_problems,
-    )
+    from fastuq.engine.checks import SeenIds, structural_problems
+    from fastuq.engine.methods import resolve_once
+    from fastuq.engine.pipeline import make_batch, skip_bad_rows
 
     info: dict = {}
     seen = SeenIds()
@@ -185,8 +181,9 @@ def score_dataset(
     Returns:
       :class:`RayScores`.
     """
+    from fastuq.engine.checks import check_reading_options
+    from fastuq.engine.methods import corpus_columns, method_list
     from fastuq.engine.registry import check_params, get_estimator
-    from fastuq.engine.scoring import check_reading_options, corpus_columns, method_list
     from fastuq.io.readers import count_rows
 
     ray = import_ray()

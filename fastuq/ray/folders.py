@@ -109,7 +109,7 @@ def score_to_folder(
       OutputError: (a ValueError, before any work) an output folder is, holds or lies in an
         input, or exists holding anything but Parquet files.
     """
-    from fastuq.engine.scoring import check_skip_options
+    from fastuq.engine.checks import check_skip_options
     from fastuq.errors import TooManySkipped
 
     start = time.perf_counter()

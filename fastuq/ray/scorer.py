@@ -119,7 +119,7 @@ def _use_device(backend: str, num_gpus: float, cpus: float) -> None:
         return
     with contextlib.suppress(RuntimeError):  # the backend already exists: keep it
         jax.config.update("jax_platforms", "cpu")
-    from fastuq.engine.runtime import use_cpu_devices
+    from fastuq.engine.host import use_cpu_devices
 
     use_cpu_devices(max(1, int(cpus)), strict=False)
 
@@ -194,7 +194,8 @@ class ChunkScorer:
 
     def _chunk(self, table: pa.Table, source: str, rows: np.ndarray, file: int,
                problem: pa.ChunkedArray | None) -> pa.Table:
-        from fastuq.engine.scoring import check_chunk, score_checked_chunk, score_table
+        from fastuq.engine.checks import check_chunk
+        from fastuq.engine.pipeline import score_checked_chunk, score_table
         from fastuq.io.readers import Chunk
         from fastuq.io.schema import Problems
 
