@@ -3,7 +3,8 @@
 * :mod:`fastuq.decisions.threshold` -- a risk-controlling threshold for a score gate
   (:func:`calibrate_threshold`, Clopper-Pearson fixed-sequence testing);
 * :mod:`fastuq.decisions.calibration` -- probabilities of being correct: Platt and isotonic
-  maps per estimator and protocol (:class:`Calibrator`);
+  maps per estimator and protocol (:class:`Calibrator`; the isotonic fit is
+  :mod:`fastuq.decisions.isotonic`'s);
 * :mod:`fastuq.decisions.consistency` -- the consistency gate's own score
   (:func:`consistency_scores`, :func:`corpus_consistency`);
 * :mod:`fastuq.decisions.outcomes` -- what stopping a saved debate after each round gives;
@@ -18,11 +19,10 @@ from fastuq.decisions.calibration import (
     CALIBRATION_METHODS,
     Calibrator,
     calibration_metrics,
-    isotonic_fit,
-    isotonic_predict,
     scoring_record,
 )
 from fastuq.decisions.consistency import consistency_scores, corpus_consistency
+from fastuq.decisions.isotonic import isotonic_fit, isotonic_predict
 from fastuq.decisions.outcomes import (
     Outcomes,
     grid_sums,
