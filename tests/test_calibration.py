@@ -178,6 +178,8 @@ def test_fit_errors_name_the_record_and_field():
     y[:3] = False  # 3 wrong: fewer than 5 folds
     with pytest.raises(ValueError, match=r"protocol 'debate'.*smaller class has 3"):
         Calibrator().fit({"sauce": x}, y, "debate")
+    with pytest.raises(ValueError, match="labels must be 0 or 1"):
+        Calibrator().fit({"sauce": x[:4]}, [0, 1, 2, 1])
     with pytest.raises(TypeError):
         Calibrator("platt", folds=3)  # an unknown parameter
     with pytest.raises(ValueError, match="one of platt, isotonic"):
@@ -230,6 +232,31 @@ def test_save_load_round_trip_is_plain_json(tmp_path, method):
     a = cal.predict_proba({"sauce": z}, zp)["p_correct_sauce"]
     b = back.predict_proba({"sauce": z}, zp)["p_correct_sauce"]
     np.testing.assert_array_equal(a, b)  # JSON keeps every float exactly
+
+
+def test_scoring_record_and_check():
+    from fastuq.decisions import scoring_record
+
+    rec = scoring_record(["sauce", "umas"], ["debate", "dylan"],
+                         {"q": {"dylan": 0.01}, "confidence": "mean_logprob"})
+    assert rec["params"]["sauce"]["dylan"] == {"lam": 0.70, "mu_0": 0.0, "q": 0.01,
+                                               "sigma2_0": 0.25}
+    assert rec["params"]["sauce"]["debate"]["q"] == 0.10  # the preset: not in the mapping
+    assert rec["params"]["umas"]["debate"] == {"confidence": "mean_logprob"}
+    rec = scoring_record(["umas"], ["(no protocol)"])
+    assert rec["params"]["umas"]["(no protocol)"] == {"confidence": "msp"}  # the default
+    with pytest.raises(TypeError, match="unknown estimator parameter 'lamm'"):
+        scoring_record(["sauce"], ["debate"], {"lamm": 0.9})
+    with pytest.raises(ValueError, match="no protocol"):  # no preset without a protocol
+        scoring_record(["sauce"], ["(no protocol)"])
+    x, y = _data(200, seed=6)
+    cal = Calibrator().fit({"sauce": x}, y, "dylan")
+    with pytest.raises(ValueError, match="does not record the parameters"):
+        cal.check_scoring(scoring_record(["sauce"], ["dylan"]))
+    cal.scoring = scoring_record(["sauce"], ["dylan"])
+    cal.check_scoring(scoring_record(["sauce"], ["dylan"]))  # the same: no error
+    with pytest.raises(ValueError, match="observation noise"):
+        cal.check_scoring(scoring_record(["sauce"], ["dylan"], observation_noise=0.1))
 
 
 def test_major_version_rule():
@@ -325,6 +352,11 @@ def test_score_refuses_another_calibration(corpus, tmp_path, capsys):
     old.write_text(json.dumps({**doc, "fastuq_version": "9.0.0"}))
     assert main(["score", str(corpus), "--calibration", str(old), "-o", out]) == 2
     assert "another major version" in capsys.readouterr().err
+    # other estimators' parameters do not matter
+    assert main(["score", str(corpus), "--method", "sauce,umas", "--confidence",
+                 "mean_logprob", "--calibration", str(calib), "-o", out]) == 0
+    assert "p_correct_sauce" in pq.read_table(out).column_names
+    (tmp_path / "s.parquet").unlink()
     # an estimator the file calibrates that is not scored
     assert main(["score", str(corpus), "--method", "bccs", "--calibration", str(calib),
                  "-o", out]) == 2
@@ -397,3 +429,25 @@ def test_report_shows_calibration_before_and_after(corpus, tmp_path, capsys):
                  str(calib), "-o", str(other)]) == 2
     assert "other parameters" in capsys.readouterr().err
     assert not other.exists()
+
+
+def test_corpus_without_protocols_has_one_map(corpus, tmp_path, capsys):
+    bare = tmp_path / "bare.parquet"
+    pq.write_table(pq.read_table(corpus).drop_columns(["protocol"]), bare)
+    calib = tmp_path / "c.json"
+    assert main(["calibrate", str(bare), "--method", "umas", "-o", str(calib)]) == 0
+    doc = json.loads(calib.read_text())
+    assert doc["protocols"] == ["(no protocol)"]
+    assert doc["scoring"]["params"]["umas"]["(no protocol)"] == {"confidence": "msp"}
+    out = tmp_path / "s.parquet"
+    assert main(["score", str(bare), "--method", "umas", "--calibration", str(calib),
+                 "-o", str(out)]) == 0
+    got = pq.read_table(out)
+    u = got["umas"].to_numpy()
+    y = np.asarray(pq.read_table(bare, columns=["correct"])["correct"].to_pylist())
+    want = _sk_platt(u, y).predict_proba(u[:, None])[:, 1]
+    np.testing.assert_allclose(got["p_correct_umas"].to_numpy(), want, rtol=0, atol=1e-6)
+    # scored with another node confidence: refused
+    assert main(["score", str(bare), "--method", "umas", "--confidence", "neg_entropy",
+                 "--calibration", str(calib), "-o", str(tmp_path / "t.parquet")]) == 2
+    assert "confidence 'msp' there, 'neg_entropy' here" in capsys.readouterr().err

@@ -58,6 +58,7 @@ import numpy as np
 from fastuq.decisions.isotonic import isotonic_fit, isotonic_predict
 from fastuq.metrics.ece import ece_matrix
 from fastuq.metrics.folds import stratified_folds
+from fastuq.metrics.inputs import as_labels
 from fastuq.metrics.newton import stable_sigmoid
 from fastuq.metrics.platt import oof_platt, platt_fit
 
@@ -149,10 +150,12 @@ def scoring_record(
     {estimator: {protocol: {parameter: value}}}, "observation_noise": ..., "math": ...}``,
     each parameter resolved as the scorer resolves it (the value given for the protocol,
     else the protocol's preset, else the default; :data:`NO_PROTOCOL` consults no preset).
-    ValueError when a protocol has no value for a parameter."""
-    from fastuq.engine.registry import get_estimator
+    ValueError when a protocol has no value for a parameter or a value is out of range;
+    TypeError for a parameter no estimator takes."""
+    from fastuq.engine.registry import check_params, get_estimator
 
-    params = dict(params or {})
+    params = {k: v for k, v in (params or {}).items() if v is not None}
+    check_params(params, None)  # names and ranges (others' parameters may be among them)
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for name in methods:
         est = get_estimator(name)
@@ -173,24 +176,35 @@ def scoring_record(
 # ------------------------------------------------------------------------------- the model
 
 
-def _score_columns(scores: Any) -> dict[str, np.ndarray]:
-    """``{name: float64 [N]}`` of a mapping, a Polars DataFrame or a pyarrow Table."""
+def _numpy(values: Any) -> np.ndarray:
+    """An Arrow, Polars or array-like column as NumPy."""
+    if hasattr(values, "to_numpy"):
+        try:
+            return values.to_numpy(zero_copy_only=False)
+        except TypeError:
+            return values.to_numpy()
+    return np.asarray(values)
+
+
+def _score_columns(scores: Any, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    """``{name: float64 [N]}`` of a mapping, a Polars DataFrame or a pyarrow Table: every
+    column, or those of ``names`` that it has (other columns, such as ids, are not read)."""
     if hasattr(scores, "column_names") and not isinstance(scores, Mapping):  # pyarrow
-        return {c: scores.column(c).to_numpy(zero_copy_only=False).astype(np.float64)
-                for c in scores.column_names}
-    if hasattr(scores, "get_column"):  # Polars
-        return {c: scores.get_column(c).cast(float).to_numpy() for c in scores.columns}
-    if not isinstance(scores, Mapping):
+        have, get = list(scores.column_names), scores.column
+    elif hasattr(scores, "get_column"):  # Polars
+        have, get = list(scores.columns), scores.get_column
+    elif isinstance(scores, Mapping):
+        have, get = [str(k) for k in scores], scores.__getitem__
+    else:
         raise TypeError(f"scores must be a mapping name -> [N] scores, a Polars DataFrame or "
                         f"a pyarrow Table, got {type(scores).__name__}")
+    wanted = have if names is None else [c for c in names if c in have]
     out = {}
-    for name, values in scores.items():
-        if hasattr(values, "to_numpy"):
-            try:
-                values = values.to_numpy(zero_copy_only=False)
-            except TypeError:
-                values = values.to_numpy()
-        out[str(name)] = np.asarray(values, np.float64)
+    for name in wanted:
+        try:
+            out[name] = _numpy(get(name)).astype(np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"score column {name!r} does not hold numbers") from None
     return out
 
 
@@ -331,20 +345,15 @@ class Calibrator:
         if not cols:
             raise ValueError("no score column to calibrate")
         names = list(cols)
-        y_in = labels
-        if hasattr(y_in, "to_numpy"):
-            try:
-                y_in = y_in.to_numpy(zero_copy_only=False)
-            except TypeError:
-                y_in = y_in.to_numpy()
-        y_obj = np.asarray(y_in)
-        n = y_obj.shape[0]
+        y_obj = _numpy(labels)
         if y_obj.dtype == object:
-            nulls = np.array([v is None for v in y_obj])
+            nulls = np.array([v is None for v in y_obj.ravel()])
             if nulls.any():
                 k = int(np.argmax(nulls))
                 raise ValueError(f"{_who(ids, k)} has no label (field correct is null)")
-        y = y_obj.astype(bool)
+            y_obj = y_obj.astype(bool)
+        y = as_labels(y_obj)
+        n = y.shape[0]
         x = np.empty((n, len(names)), np.float64)
         for j, name in enumerate(names):
             if cols[name].shape != (n,):
@@ -402,7 +411,7 @@ class Calibrator:
         column is missing or a row's protocol has no map (naming the trajectory, with
         ``ids``, and the field)."""
         self._check_fitted()
-        cols = _score_columns(scores)
+        cols = _score_columns(scores, self.estimators)
         missing = [m for m in self.estimators if m not in cols]
         if missing:
             raise ValueError(f"no score column {missing[0]!r}: the calibration is of "
@@ -439,10 +448,13 @@ class Calibrator:
         """ValueError, with the reason, unless ``scoring`` (:func:`scoring_record` of the
         scores to calibrate, for this file's estimators and protocols) matches how the
         calibration's scores were made: the same parameter values per estimator and
-        protocol, the same observation noise and ``math``."""
+        protocol, the same observation noise and ``math``. A calibration that does not record
+        how its scores were made (fitted without ``scoring``) is refused too."""
         self._check_fitted()
         if self.scoring is None:
-            return
+            raise ValueError("the calibration does not record the parameters its scores were "
+                             "made with (fit it with scoring=scoring_record(...), as fastuq "
+                             "calibrate does), so it cannot be checked against these scores")
         now = json.loads(json.dumps(scoring))
         mine = self.scoring
         for key, what in (("observation_noise", "observation noise"), ("math", "math")):
