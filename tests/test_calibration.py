@@ -6,9 +6,11 @@ increasing=False, out_of_bounds="clip")`` for the isotonic map, ``make_pipeline(
 StandardScaler(), LogisticRegression(C=1))`` (tight tolerance) for Platt, ``StratifiedKFold(
 shuffle=True, random_state=0)`` per protocol for the held-out probabilities,
 ``brier_score_loss`` and ``log_loss`` for the metrics, and a plain loop over 15 equal-width bins
-for the ECE. Tolerances: 1e-12 for isotonic values (pooled means; the summation order differs),
-1e-6 for Platt probabilities (scikit-learn's solver stops at its tolerance), 1e-9 for metrics
-of isotonic probabilities, 1e-5 for metrics of Platt probabilities.
+for the ECE. Scores are compared in float64 (``--dtype float64`` where ``fastuq score`` would
+default to float32 on a GPU). Tolerances: 1e-12 for isotonic values (pooled means; the
+summation order differs), 1e-6 for Platt probabilities (scikit-learn's solver stops at its
+tolerance), 1e-9 for metrics of isotonic probabilities, 1e-5 for metrics of Platt
+probabilities.
 """
 
 from __future__ import annotations
@@ -313,8 +315,8 @@ def test_calibrate_then_score_adds_scikit_learn_probabilities(corpus, tmp_path, 
     assert doc["scoring"]["params"]["sauce"]["dylan"]["lam"] == 0.70
     assert doc["scoring"]["params"]["bccs"]["dylan"]["theta_s"] == pytest.approx(2 / 3)
     out = tmp_path / "scored.parquet"
-    assert main(["score", str(corpus), "--method", "sauce,bccs", "--calibration", str(calib),
-                 "-o", str(out)]) == 0
+    assert main(["score", str(corpus), "--dtype", "float64", "--method", "sauce,bccs",
+                 "--calibration", str(calib), "-o", str(out)]) == 0
     got = pq.read_table(out)
     table = pq.read_table(corpus, columns=["protocol", "correct"])
     protos = np.asarray(table["protocol"].to_pylist())
@@ -405,7 +407,7 @@ def test_report_shows_calibration_before_and_after(corpus, tmp_path, capsys):
     assert set(rows) == {("sauce", "debate"), ("sauce", "dylan"), ("sauce", "all")}
     # here: the file's maps on the corpus they were fitted on = scikit-learn's in-sample fit
     out = tmp_path / "scores.parquet"
-    assert main(["score", str(corpus), "-o", str(out)]) == 0
+    assert main(["score", str(corpus), "--dtype", "float64", "-o", str(out)]) == 0
     s = pq.read_table(out)["sauce"].to_numpy()
     table = pq.read_table(corpus, columns=["protocol", "correct"])
     protos = np.asarray(table["protocol"].to_pylist())
@@ -440,8 +442,8 @@ def test_corpus_without_protocols_has_one_map(corpus, tmp_path, capsys):
     assert doc["protocols"] == ["(no protocol)"]
     assert doc["scoring"]["params"]["umas"]["(no protocol)"] == {"confidence": "msp"}
     out = tmp_path / "s.parquet"
-    assert main(["score", str(bare), "--method", "umas", "--calibration", str(calib),
-                 "-o", str(out)]) == 0
+    assert main(["score", str(bare), "--dtype", "float64", "--method", "umas",
+                 "--calibration", str(calib), "-o", str(out)]) == 0
     got = pq.read_table(out)
     u = got["umas"].to_numpy()
     y = np.asarray(pq.read_table(bare, columns=["correct"])["correct"].to_pylist())
