@@ -322,7 +322,10 @@ PUBLIC = {
         "POLICIES", "GateCalibration", "Outcomes", "Policy", "ReplayResult",
         "calibrate_threshold", "clopper_pearson_upper", "consistency_scores",
         "corpus_consistency", "grid_sums", "pareto_front", "plot_replay", "replay",
-        "round_answer_slots", "round_outcomes", "stop_rounds", "tie_counts", "uaad_grid_sums"},
+        "round_answer_slots", "round_outcomes", "stop_rounds", "tie_counts", "uaad_grid_sums",
+        # calibrated probabilities (fastuq calibrate)
+        "CALIBRATION_METHODS", "Calibrator", "calibration_metrics", "isotonic_fit",
+        "isotonic_predict", "scoring_record"},
     "fastuq.engine.errors": {"RecordError", "TooManySkipped"},
     # a package since its split (it was one module, with the same __all__)
     "fastuq.ray": {"RayScores", "corpus_files", "rank_metrics", "score_dataset",

@@ -160,6 +160,7 @@ PLACEHOLDERS: dict[str, str] = {
                              "repository root)",
     "map.toml": "the README's TOML block",
     "log.jsonl": "4 records in the layout the README's TOML block maps",
+    "calib.json": "fastuq calibrate corpus.parquet --method sauce,bccs -o calib.json",
 }
 
 #: Names the README's Python snippets leave to the reader, defined before each snippet.
@@ -248,6 +249,7 @@ def base_folder(tmp_path_factory) -> Path:
                 Decimal("0.01"), ROUND_HALF_EVEN)) for m in ("auroc", "auarc")}}}))
         Path("eval.json").unlink()
         _run(["fit", "corpus.parquet", "--steps", "30", "-o", "params.json"])
+        _run(["calibrate", "corpus.parquet", "--method", "sauce,bccs", "-o", "calib.json"])
         sc = self_consistency_corpus(300, seed=0)
         texts = [r[0] for r in sc["texts"].to_pylist()]
         pq.write_table(pa.table({
@@ -443,6 +445,8 @@ INLINE: dict[str, list[list[str]] | str] = {
     "fastuq replay CORPUS --policy fixed,uaad,trace:sauce --plot r.png":
         [["replay", "corpus.parquet", "--policy", "fixed,uaad,trace:sauce", "--plot", "r.png"]],
     "fastuq report CORPUS -o report.html": "fastuq report corpus.parquet -o report.html",
+    "fastuq calibrate CORPUS --method sauce -o calib.json":
+        [["calibrate", "corpus.parquet", "--method", "sauce", "-o", "calib.json"]],
     "fastuq --version": [["--version"]],
     "fastuq score --sample": "fastuq score --sample",  # the tour names the set-up's last step
     "fastuq eval corpus.parquet --scores s.parquet":  # the scores of a skip run
@@ -466,7 +470,8 @@ MENTIONS: frozenset[str] = frozenset({
     "fastuq gate", "fastuq eval --scores", "fastuq sweep", "fastuq fit", "fastuq eval",
     "fastuq report", "fastuq eval --by protocol", "fastuq sweep --rank auto|host|device",
     "fastuq score --pack auto|host|device", "fastuq score --method NAME",
-    "fastuq COMMAND --help",
+    "fastuq COMMAND --help", "fastuq calibrate", "fastuq score ... --calibration calib.json",
+    "fastuq report ... --calibration calib.json",
 })
 
 

@@ -128,7 +128,8 @@ def _options_of(command: str) -> set[str]:
     return options - {"-h", "--help"}
 
 
-COMMANDS = ("score", "import", "eval", "select", "sweep", "fit", "gate", "replay", "report")
+COMMANDS = ("score", "import", "eval", "select", "sweep", "fit", "gate", "calibrate", "replay",
+            "report")
 
 
 def test_options_table_lists_every_option_of_every_command():

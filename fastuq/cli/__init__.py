@@ -38,6 +38,7 @@ COMMANDS: dict[str, str] = {
     "sweep": "fastuq.cli.sweep",
     "fit": "fastuq.cli.fit",
     "gate": "fastuq.cli.gate",
+    "calibrate": "fastuq.cli.calibrate",
     "replay": "fastuq.cli.replay",
     "report": "fastuq.cli.report",
 }

@@ -72,6 +72,10 @@ def add_parser(sub) -> None:
                          "process may use: its CPU affinity, capped by its cgroup CPU quota)")
     cs.add_check(sc)
     cs.add_progress(sc)
+    sc.add_argument("--calibration", metavar="CALIB.json",
+                    help="add p_correct_<estimator> columns (in [0, 1]) from a 'fastuq "
+                         "calibrate' file; refused when it was made with other estimator "
+                         "parameters, for other protocols or by another fastuq major version")
 
 
 def _summary(report, stream) -> None:
@@ -122,6 +126,8 @@ def _option_problem(args: argparse.Namespace) -> str | None:
         return f"--observation-noise must be finite and >= 0, got {args.observation_noise}"
     if args.engine == "ray" and args.pack != "auto":
         return "--pack applies to the local engine (--engine ray workers pack on the host)"
+    if args.engine == "ray" and args.calibration is not None:
+        return "--calibration applies to the local engine"
     if args.engine == "ray" and args.processes is not None:
         return "--processes is not used with --engine ray (each worker checks its chunks)"
     from fastuq.engine.methods import method_list
@@ -146,6 +152,34 @@ def _check_param_values(args: argparse.Namespace, params: dict) -> None:
     check_params(given, None if names == ["all"] else names)
 
 
+def _calibration(args: argparse.Namespace, params: dict):
+    """The ``--calibration`` file, loaded and checked against this run before anything is
+    scored (None without it): its estimators must be scored, and its scores made with the
+    parameters, observation noise and ``--math`` setting this run uses for each of its
+    protocols. ValueError with the reason otherwise."""
+    if args.calibration is None:
+        return None
+    from fastuq.decisions.calibration import Calibrator, scoring_record
+    from fastuq.engine.methods import method_list
+
+    cal = Calibrator.load(args.calibration)
+    names = method_list(args.method)
+    missing = [m for m in cal.estimators if names != ["all"] and m not in names]
+    if missing:
+        raise ValueError(f"--calibration {args.calibration} calibrates "
+                         f"{', '.join(cal.estimators)}: add {', '.join(missing)} to --method")
+    given = dict(params)
+    if args.confidence is not None:
+        given.setdefault("confidence", args.confidence)
+    try:
+        cal.check_scoring(scoring_record(cal.estimators, cal.protocols, given,
+                                         observation_noise=args.observation_noise,
+                                         math=args.math))
+    except ValueError as exc:
+        raise ValueError(f"--calibration {args.calibration}: {exc}") from None
+    return cal
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``fastuq score``; returns the exit status."""
     from fastuq.cli import sample_corpus_path
@@ -167,8 +201,8 @@ def run(args: argparse.Namespace) -> int:
     skipped = args.skipped
     if args.on_error == "skip" and args.output and not skipped:
         skipped = args.output + ".skipped.jsonl"
-    rc = cli_check_outputs(prog, [source, args.params], [("-o", args.output, "parquet"),
-                                                         ("--skipped", skipped, "jsonl")])
+    rc = cli_check_outputs(prog, [source, args.params, args.calibration],
+                           [("-o", args.output, "parquet"), ("--skipped", skipped, "jsonl")])
     if rc is not None:
         return rc
     if args.backend == "jax":
@@ -177,6 +211,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         sauce, per_protocol = cs.sauce_overrides(args)
         _check_param_values(args, sauce)
+        calibration = _calibration(args, sauce)
     except (ValueError, TypeError, FileNotFoundError) as exc:
         return cs.fail(prog, exc)
     with tempfile.TemporaryDirectory() as tmp:
@@ -190,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
                     confidence=args.confidence, on_error=args.on_error,
                     skipped_path=args.skipped, math=args.math, processes=args.processes,
                     max_skip_fraction=args.max_skip_fraction, keep_scores=sample,
-                    check=args.check, pack=args.pack,
+                    check=args.check, pack=args.pack, calibration=calibration,
                 )
         except OutputError as exc:
             return cs.fail(prog, exc)

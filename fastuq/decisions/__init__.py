@@ -2,6 +2,9 @@
 
 * :mod:`fastuq.decisions.threshold` -- a risk-controlling threshold for a score gate
   (:func:`calibrate_threshold`, Clopper-Pearson fixed-sequence testing);
+* :mod:`fastuq.decisions.calibration` -- probabilities of being correct: Platt and isotonic
+  maps per estimator and protocol (:class:`Calibrator`; the isotonic fit is
+  :mod:`fastuq.decisions.isotonic`'s);
 * :mod:`fastuq.decisions.consistency` -- the consistency gate's own score
   (:func:`consistency_scores`, :func:`corpus_consistency`);
 * :mod:`fastuq.decisions.outcomes` -- what stopping a saved debate after each round gives;
@@ -12,7 +15,14 @@ This module only re-exports; importing it imports NumPy and PyArrow, not JAX.
 (``fastuq.gate`` and ``fastuq.replay`` re-export the same names, as before the move.)
 """
 
+from fastuq.decisions.calibration import (
+    CALIBRATION_METHODS,
+    Calibrator,
+    calibration_metrics,
+    scoring_record,
+)
 from fastuq.decisions.consistency import consistency_scores, corpus_consistency
+from fastuq.decisions.isotonic import isotonic_fit, isotonic_predict
 from fastuq.decisions.outcomes import (
     Outcomes,
     grid_sums,
@@ -33,6 +43,8 @@ from fastuq.decisions.replay import (
 from fastuq.decisions.threshold import GateCalibration, calibrate_threshold, clopper_pearson_upper
 
 __all__ = [
+    "CALIBRATION_METHODS", "Calibrator", "calibration_metrics", "isotonic_fit",
+    "isotonic_predict", "scoring_record",
     "POLICIES", "GateCalibration", "Outcomes", "Policy", "ReplayResult", "calibrate_threshold",
     "clopper_pearson_upper", "consistency_scores", "corpus_consistency", "grid_sums",
     "pareto_front", "plot_replay", "replay", "round_answer_slots", "round_outcomes",

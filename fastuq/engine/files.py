@@ -78,6 +78,7 @@ def _score_file(
     check: str = "corpus",
     params: Mapping[str, object] | None = None,
     pack: str = "auto",
+    calibration=None,
 ) -> ScoreReport:
     """Score every trajectory of a corpus and write ``trajectory_id`` + one float64 column
     per estimator to Parquet, in input order, atomically (nothing appears at ``output`` on
@@ -114,6 +115,12 @@ def _score_file(
         keyword above is a ValueError).
       pack: where the per-round inputs are packed and checked (``"auto"``, ``"host"``,
         ``"device"``; see :func:`iter_scores`).
+      calibration: a fitted :class:`fastuq.decisions.Calibrator` (anything with its
+        ``estimators`` and ``predict_proba(scores, protocols, ids=...)``): its
+        ``p_correct_<estimator>`` columns (float64 in [0, 1]) are written after the scores,
+        each trajectory through its protocol's map (a protocol it has no map for is a
+        ValueError). Checking that the scores are made as the calibration's were is the
+        caller's (:meth:`~fastuq.decisions.Calibrator.check_scoring`).
 
     Raises:
       OutputError: (a ValueError) ``output`` or the skip list would replace an input (also
@@ -156,6 +163,9 @@ def _score_file(
             on_error=on_error, skipped=skipped, math=math, processes=processes, info=info,
             check=check, batch_columns=("protocol", "correct"), pack=pack,
         ):
+            protos = batch.protocol(protocol) if (protocol or batch.has("protocol")) else None
+            if calibration is not None:
+                scores = {**scores, **calibration.predict_proba(scores, protos, ids=batch.ids)}
             if writer is None:
                 report.methods = tuple(scores)
                 schema = pa.schema([("trajectory_id", pa.string())]
@@ -164,7 +174,6 @@ def _score_file(
             writer.write(pa.table({"trajectory_id": batch.ids.cast(pa.string()), **scores},
                                   schema=schema))
             report.n_rows += batch.n
-            protos = batch.protocol(protocol) if (protocol or batch.has("protocol")) else None
             if isinstance(protos, str):
                 report.protocols[protos] = report.protocols.get(protos, 0) + batch.n
             elif protos is not None:
@@ -198,6 +207,8 @@ def _score_file(
                                  f"their reasons are listed in {side}")
         if writer is None:  # no record scored: still write the (empty) output
             names = [m for m in method_list(methods) if m != "all"]
+            if calibration is not None:
+                names += [f"p_correct_{m}" for m in calibration.estimators]
             report.methods = tuple(names)
             schema = pa.schema([("trajectory_id", pa.string())]
                                + [(m, pa.float64()) for m in names])

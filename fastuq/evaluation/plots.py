@@ -108,9 +108,11 @@ def plot_reliability(
     name: str = "score",
     n_bins: int = 15,
     title: str | None = None,
+    xlabel: str = "out-of-fold Platt probability of being correct",
 ) -> Path:
     """Write a reliability diagram PNG (500 x 600 pixels) of probabilities of being correct.
-    ``title``: what the plot shows (e.g. the corpus), put before N and the ECE.
+    ``title``: what the plot shows (e.g. the corpus), put before N and the ECE; ``xlabel``:
+    what the probabilities are (the bin count is added).
 
     Top: observed accuracy per bin (bars) against the bin's mean predicted probability
     (points), the diagonal of perfect calibration, and the ECE in the title. Bottom: the
@@ -144,7 +146,7 @@ def plot_reliability(
         hist.annotate(_compact(int(c)), (x, c), xytext=(0, 2), textcoords="offset points",
                       ha="center", va="bottom", fontsize=6.5)
     hist.set_ylim(0, b["count"].max() * 1.3)
-    hist.set_xlabel(f"out-of-fold Platt probability of being correct ({n_bins} bins)")
+    hist.set_xlabel(f"{xlabel} ({n_bins} bins)")
     hist.set_ylabel("count")
     fig.subplots_adjust(left=0.14, right=0.96, top=0.94, bottom=0.09)
     path = Path(path)

@@ -43,6 +43,7 @@ import polars as pl
 from fastuq.evaluation.report_html import (
     LOWER_IS_BETTER,
     REPORT_SWEEP_METRICS,
+    CalibrationSection,
     Figure,
     Report,
     SweepSection,
@@ -125,6 +126,78 @@ def _group_figures(
                      title=f"{name} reliability: {where}"),
         ))
     return figures
+
+
+def _calibration_section(
+    calibration: Any,
+    where: str,
+    labels: np.ndarray,
+    scores: pl.DataFrame,
+    groups: np.ndarray,
+    params: Mapping[str, Any],
+    observation_noise: float | None,
+    figures: list[Figure] | None,
+) -> CalibrationSection:
+    """A calibration file (or a fitted :class:`fastuq.decisions.Calibrator`) applied to the
+    report's scores: refused (ValueError) when an estimator it calibrates was not scored,
+    when the scores were made with other parameters or observation noise, or when a
+    protocol has no map; else its metrics here and held out, and (``figures``: the report's
+    pooled plots, else none drawn) the reliability diagrams before and after."""
+    from fastuq.decisions.calibration import (
+        Calibrator,
+        calibration_metrics,
+        probability_column,
+        scoring_record,
+    )
+    from fastuq.evaluation.plots import plot_reliability
+
+    if isinstance(calibration, Calibrator):
+        cal, source = calibration, "(a Calibrator)"
+    else:
+        cal, source = Calibrator.load(calibration), str(calibration)
+    missing = [m for m in cal.estimators if m not in scores.columns]
+    if missing:
+        raise ValueError(f"calibration {source} calibrates {', '.join(cal.estimators)}; "
+                         f"the report did not score {', '.join(missing)} (add it to the "
+                         "methods)")
+    try:
+        cal.check_scoring(scoring_record(cal.estimators, cal.protocols, params,
+                                         observation_noise=observation_noise))
+        prob = cal.predict_proba(scores.select(cal.estimators), groups)
+    except ValueError as exc:
+        raise ValueError(f"calibration {source}: {exc}") from None
+    rows, pairs = [], []
+    present = sorted(set(groups.tolist()))
+    for est in cal.estimators:
+        p = prob[probability_column(est)]
+        for group in [*present, "all"] if len(present) > 1 else present:
+            keep = np.ones(labels.shape[0], bool) if group == "all" else groups == group
+            here = calibration_metrics(labels[keep], p[keep], n_bins=cal.n_bins)
+            held = (cal.metrics_.get(est) or {}).get(group) or {}
+            rows.append({"estimator": est, "protocol": group, "n": here["n"],
+                         **{k: here[k] for k in ("brier", "log_loss", "ece")},
+                         **{f"held_out_{k}": held.get(k) for k in ("brier", "log_loss", "ece")}})
+        if figures is not None:
+            before = next((f for f in figures if f.key == f"all/reliability/{est}"), None)
+            after = Figure(
+                key=f"calibration/{est}",
+                title=f"Reliability of {probability_column(est)}: {where}",
+                caption=(f"{est} turned into a probability of being correct by the {cal.method} "
+                         f"maps of {source} (each trajectory through its protocol's map), "
+                         f"{where} (n = {labels.shape[0]:,}): observed accuracy per probability "
+                         f"bin against the diagonal; beside it, before: the out-of-fold Platt "
+                         f"probabilities the report fits on this corpus."),
+                png=_png(plot_reliability, labels, p, name=probability_column(est),
+                         title=f"{probability_column(est)}: {where}",
+                         xlabel=f"{cal.method} probability of being correct ({source})"),
+            )
+            pairs.append((before, after))
+    table = pl.DataFrame(rows, schema={
+        "estimator": pl.String, "protocol": pl.String, "n": pl.Int64, "brier": pl.Float64,
+        "log_loss": pl.Float64, "ece": pl.Float64, "held_out_brier": pl.Float64,
+        "held_out_log_loss": pl.Float64, "held_out_ece": pl.Float64})
+    return CalibrationSection(source=source, method=cal.method, n_folds=cal.n_folds,
+                              table=table, figures=pairs)
 
 
 def _rounds(batch: Any) -> np.ndarray | None:
@@ -234,6 +307,7 @@ def build_report(
     sweep_log: Sequence[str] = (),
     sweep_folds: int | None = None,
     sweep_dtype: str = "float32",
+    calibration: Any = None,
 ) -> Report:
     """Score ``corpus``, evaluate every estimator pooled and per protocol, and draw the plots.
 
@@ -261,6 +335,11 @@ def build_report(
       sweep_folds: k for the sweep's cross-validated selection (None: none).
       sweep_dtype: the sweep's scoring and ranking precision (``float32`` as ``fastuq
         sweep``).
+      calibration: a ``fastuq calibrate`` file (or a fitted
+        :class:`fastuq.decisions.Calibrator`) to apply: adds the calibration section (its
+        metrics on this corpus beside its held-out ones, reliability before and after).
+        ValueError when it calibrates an estimator not scored, was made with other
+        parameters, lacks a protocol of the corpus or is of another fastuq major version.
 
     Returns:
       a :class:`Report`.
@@ -356,6 +435,12 @@ def build_report(
                     proto, f"protocol {proto} of {shown}", labels[keep],
                     score_frame.filter(pl.Series(keep)))
 
+    calibrated = None
+    if calibration is not None:
+        calibrated = _calibration_section(
+            calibration, f"all of {shown}", labels, score_frame, groups, params,
+            observation_noise, figures.get("all") if plots else None)
+
     sweep = None
     if sweep_grid is not None:
         from fastuq.evaluation.sauce_data import PARAMS
@@ -390,6 +475,7 @@ def build_report(
         sweep=sweep,
         settings=settings,
         created=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        calibration=calibrated,
     )
 
 

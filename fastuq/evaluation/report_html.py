@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-__all__ = ["LOWER_IS_BETTER", "REPORT_SWEEP_METRICS", "Figure", "Report", "SweepSection",
-           "render_html"]
+__all__ = ["LOWER_IS_BETTER", "REPORT_SWEEP_METRICS", "CalibrationSection", "Figure", "Report",
+           "SweepSection", "render_html"]
 
 
 #: Metrics of the table for which lower is better (the others: higher is better).
@@ -91,6 +91,27 @@ class SweepSection:
 
 
 @dataclass
+class CalibrationSection:
+    """The calibration file a report applied (``fastuq report --calibration``): its path,
+    method and folds; ``table``: one row per estimator and protocol (and ``all``, pooled)
+    with ``n`` and the Brier score, log-loss and ECE of the file's probabilities on this
+    corpus beside the held-out values the file recorded when it was fitted (``held_out_*``);
+    ``figures``: per estimator, the reliability diagram before (the report's own out-of-fold
+    Platt probabilities) and after (the file's ``p_correct_<estimator>``)."""
+
+    source: str
+    method: str
+    n_folds: int
+    table: pl.DataFrame
+    figures: list[tuple[Figure | None, Figure]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: the file, its method and folds, the table's rows."""
+        return {"file": self.source, "method": self.method, "n_folds": self.n_folds,
+                "rows": _clean(self.table.to_dicts())}
+
+
+@dataclass
 class Report:
     """Everything a report page shows (:func:`build_report`); :meth:`html` renders it.
 
@@ -105,6 +126,7 @@ class Report:
       per protocol (by_protocol empty for a corpus without a ``protocol`` column).
     figures: group (``"all"`` or a protocol) -> its plots.
     sweep: the :class:`SweepSection`, when a grid was given.
+    calibration: the :class:`CalibrationSection`, when a calibration file was applied.
     settings: how the corpus was scored (dtype, backend, observation noise, parameters).
     """
 
@@ -120,6 +142,7 @@ class Report:
     sweep: SweepSection | None = None
     settings: dict[str, Any] = field(default_factory=dict)
     created: str = ""
+    calibration: CalibrationSection | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Every number of the page, fractions in full precision, NaN as ``None``: the keys
@@ -144,6 +167,7 @@ class Report:
             "figures": {g: [f.key for f in figs] for g, figs in self.figures.items()},
             "sweep": None if self.sweep is None else self.sweep.to_dict(),
             "settings": _clean(self.settings),
+            "calibration": None if self.calibration is None else self.calibration.to_dict(),
         }
 
     def html(self) -> str:
@@ -318,6 +342,41 @@ def _sweep_html(report: Report) -> str:
             f"<ul>{''.join(lines)}</ul>{_figure_html(sw.figure)}</section>")
 
 
+def _calibration_html(report: Report) -> str:
+    """The calibration section: the table of metrics here and held out, and per estimator
+    the reliability diagrams before and after."""
+    cal = report.calibration
+    assert cal is not None
+    heads = ["estimator", "protocol", "n", "Brier here", "Brier held out", "log-loss here",
+             "log-loss held out", "ECE here", "ECE held out"]
+    keys = ["estimator", "protocol", "n", "brier", "held_out_brier", "log_loss",
+            "held_out_log_loss", "ece", "held_out_ece"]
+    body = []
+    for row in cal.table.iter_rows(named=True):
+        cells = [f"<td>{_e(row['estimator'])}</td>", f"<td>{_e(row['protocol'])}</td>",
+                 f'<td class="num">{row["n"]:,}</td>']
+        for k in keys[3:]:
+            v = row[k]
+            text = "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4f}"
+            cells.append(f'<td class="num" data-metric="{_e(k)}">{text}</td>')
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    head = "".join(f"<th>{_e(h)}</th>" for h in heads)
+    parts = [f'<section id="calibration"><h2>Calibrated probabilities ({_e(cal.method)})</h2>',
+             f'<p class="note">The maps of <code>{_e(cal.source)}</code> ({_e(cal.method)}, '
+             "one per estimator and protocol) applied to this corpus: Brier score, log-loss "
+             "and ECE (15 equal-width bins) of <code>p_correct_ESTIMATOR</code> here, beside "
+             f"the values held out in {cal.n_folds} stratified folds when the file was "
+             "fitted (fractions; lower is better). On the corpus the file was fitted on, "
+             "the values here are in-sample.</p>",
+             f'<table class="calibration"><thead><tr>{head}</tr></thead>'
+             f"<tbody>{''.join(body)}</tbody></table>"]
+    for before, after in cal.figures:
+        pair = [f for f in (before, after) if f is not None]
+        parts.append('<div class="grid">' + "".join(_figure_html(f) for f in pair) + "</div>")
+    parts.append("</section>")
+    return "".join(parts)
+
+
 def render_html(report: Report) -> str:
     """The report as one self-contained HTML page (inline style, PNGs as ``data:`` URIs, no
     script but the JSON data block)."""
@@ -366,6 +425,8 @@ def render_html(report: Report) -> str:
     if len(report.by_protocol) > 1:
         for proto, table in report.by_protocol.items():
             body.append(_group_html(report, proto, table, f"Protocol {proto}"))
+    if report.calibration is not None:
+        body.append(_calibration_html(report))
     if report.sweep is not None:
         body.append(_sweep_html(report))
     defs = "".join(f"<li>{_e(t)}</li>" for t in _METRIC_TEXT.values())
