@@ -72,6 +72,58 @@ def add_parser(sub) -> None:
                    help="skipped list of the 'score --on-error skip' run that wrote --scores")
     p.add_argument("--chunk-rows", type=positive_int, default=1 << 18,
                    help="records per chunk when reading (default 262144)")
+    add_procedure(p)
+
+
+def _levels(text: str) -> int | str:
+    """argparse type: an integer >= 1 or 'distinct'."""
+    return text if text == "distinct" else positive_int(text)
+
+
+def add_procedure(p: argparse.ArgumentParser) -> None:
+    """Add ``--procedure``, ``--levels`` and ``--starts`` (the threshold procedure)."""
+    from fastuq.decisions.threshold import (
+        DEFAULT_LEVELS,
+        DEFAULT_PROCEDURE,
+        DEFAULT_STARTS,
+        GATE_PROCEDURES,
+    )
+
+    p.add_argument("--procedure", choices=GATE_PROCEDURES, default=DEFAULT_PROCEDURE,
+                   help="how the family-wise error is held over the candidate levels "
+                        f"(default {DEFAULT_PROCEDURE}: --starts fixed sequences at delta / "
+                        "starts; fixed_sequence: one, from the strictest; bonferroni: every "
+                        "level at delta / levels)")
+    p.add_argument("--levels", type=_levels, default=DEFAULT_LEVELS, metavar="M",
+                   help=f"candidate pass fractions 1/M..M/M of the scores (default "
+                        f"{DEFAULT_LEVELS}), or 'distinct': every distinct score")
+    p.add_argument("--starts", type=positive_int, default=DEFAULT_STARTS,
+                   help=f"starts of --procedure multi_start (default {DEFAULT_STARTS})")
+
+
+def procedure_line(gate) -> str:
+    """One line naming a calibration's procedure."""
+    grid = ("every distinct score" if gate.levels == "distinct"
+            else f"{gate.levels} pass-fraction levels")
+    how = {"multi_start": f"multi-start fixed sequence ({gate.starts} starts, each at delta / "
+                          f"{gate.starts})",
+           "fixed_sequence": "fixed sequence from the strictest level",
+           "bonferroni": "Bonferroni over the levels"}[gate.procedure]
+    return f"procedure: {how}; candidates: {grid}; exact binomial (Clopper-Pearson) test"
+
+
+def print_table(gate, stream=None) -> None:
+    """The per-level table of a :class:`GateCalibration`, one line per level."""
+    t = gate.table
+    print("level  pass_frac  threshold         passed  failures  p_value    bound   "
+          "tested rejected", file=stream)
+    for i in range(len(t["level"])):
+        frac = t["pass_fraction"][i]
+        print(f"{t['level'][i]:>5}  {'-' if math.isnan(frac) else f'{frac:.4f}':>9}  "
+              f"{t['threshold'][i]:<16.10g}  {t['passed'][i]:>6}  {t['failures'][i]:>8}  "
+              f"{t['p_value'][i]:<9.3g}  {t['bound'][i]:.4f}  "
+              f"{'yes' if t['tested'][i] else 'no':>6} "
+              f"{'yes' if t['rejected'][i] else 'no':>8}", file=stream)
 
 
 def _fmt(x: float) -> str:
@@ -170,7 +222,8 @@ def run(args: argparse.Namespace) -> int:
 
         values = joined[args.score].cast(float).fill_null(math.nan).to_numpy()
         gate = calibrate_threshold(values, joined["correct"].to_numpy(), args.alpha,
-                                   args.delta, higher_passes=args.higher_passes)
+                                   args.delta, higher_passes=args.higher_passes,
+                                   procedure=args.procedure, levels=args.levels, starts=args.starts)
     except (ValueError, FileNotFoundError) as exc:
         return cs.fail(prog, exc)
     if skipped:
@@ -180,11 +233,12 @@ def run(args: argparse.Namespace) -> int:
     op = ">=" if gate.higher_passes else "<="
     print(f"{source.name}: {gate.n_calibration:,} trajectories, score {args.score!r}, "
           f"alpha {gate.alpha:g}, delta {gate.delta:g}")
+    print(procedure_line(gate))
+    print_table(gate)
     if gate.passes_any:
         print(f"threshold: pass iff {args.score} {op} {gate.threshold:.10g}")
     else:
-        print("threshold: none (even the strictest threshold fails the test; the gate passes "
-              "nothing)")
+        print(f"threshold: none; {gate.reason} (the gate passes nothing)")
     print(f"passed: {gate.n_passed:,} of {gate.n_calibration:,} (pass rate "
           f"{gate.pass_rate:.4f})")
     print(f"failures among passed: {gate.failures:,} (failure rate "
