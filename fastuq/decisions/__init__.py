@@ -2,6 +2,8 @@
 
 * :mod:`fastuq.decisions.threshold` -- a risk-controlling threshold for a score gate
   (:func:`calibrate_threshold`, Clopper-Pearson fixed-sequence testing);
+* :mod:`fastuq.decisions.gatefile` -- a calibrated gate as one object and one file
+  (:class:`Gate`: ``calibrate`` then ``apply``, per protocol if asked; ``save``/``load``);
 * :mod:`fastuq.decisions.consistency` -- the consistency gate's own score
   (:func:`consistency_scores`, :func:`corpus_consistency`);
 * :mod:`fastuq.decisions.outcomes` -- what stopping a saved debate after each round gives;
@@ -13,6 +15,7 @@ This module only re-exports; importing it imports NumPy and PyArrow, not JAX.
 """
 
 from fastuq.decisions.consistency import consistency_scores, corpus_consistency
+from fastuq.decisions.gatefile import Gate
 from fastuq.decisions.outcomes import (
     Outcomes,
     grid_sums,
@@ -33,7 +36,8 @@ from fastuq.decisions.replay import (
 from fastuq.decisions.threshold import GateCalibration, calibrate_threshold, clopper_pearson_upper
 
 __all__ = [
-    "POLICIES", "GateCalibration", "Outcomes", "Policy", "ReplayResult", "calibrate_threshold",
+    "POLICIES", "Gate", "GateCalibration", "Outcomes", "Policy", "ReplayResult",
+    "calibrate_threshold",
     "clopper_pearson_upper", "consistency_scores", "corpus_consistency", "grid_sums",
     "pareto_front", "plot_replay", "replay", "round_answer_slots", "round_outcomes",
     "stop_rounds", "tie_counts", "uaad_grid_sums",
