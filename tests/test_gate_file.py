@@ -81,6 +81,12 @@ def test_gate_refuses_what_it_cannot_do():
         Gate().calibrate([0.1, math.nan], [1, 1], groups=["y", "x"], by="protocol")
     with pytest.raises(ValueError, match="groups must be 1-D"):
         Gate().calibrate([0.1, 0.2], [1, 1], groups=["a"])
+    with pytest.raises(ValueError, match="item 1 has no group"):
+        Gate().calibrate([0.1, 0.2], [1, 1], groups=["a", None])
+    with pytest.raises(ValueError, match="one length"):
+        Gate().calibrate([0.1, 0.2], [1])
+    with pytest.raises(TypeError):
+        Gate(alhpa=0.1)  # unknown parameters raise
 
 
 def test_gate_file_round_trip_keeps_every_threshold_bit_for_bit(tmp_path):
@@ -160,7 +166,7 @@ def test_cli_calibrate_then_apply_scores_new_data_with_the_gates_parameters(corp
     text = capsys.readouterr().out
     assert "[protocol debate]" in text and "[protocol dylan]" in text
     # by hand: the corpus scored with lam 0.9, calibrated per protocol
-    scored = fastuq.score(cal, "sauce", lam=0.9)
+    scored = fastuq.score(cal, "sauce", lam=0.9, dtype="float64")
     s, c = scored["sauce"].to_numpy(), scored["correct"].to_numpy()
     protocol = np.asarray(scored["protocol"].to_pylist())
     data = json.loads(gate_json.read_text())
@@ -176,7 +182,7 @@ def test_cli_calibrate_then_apply_scores_new_data_with_the_gates_parameters(corp
     rc = main(["gate", "apply", str(gate_json), str(folder / "new.parquet"), "-o", str(out),
                "--json", str(js)])
     assert rc == 0, capsys.readouterr().err
-    fresh = fastuq.score(new, "sauce", lam=0.9)
+    fresh = fastuq.score(new, "sauce", lam=0.9, dtype="float64")
     fp = np.asarray(fresh["protocol"].to_pylist())
     fs = fresh["sauce"].to_numpy()
     expect = np.where(fp == "debate", fs <= thresholds["debate"], fs <= thresholds["dylan"])
@@ -191,16 +197,18 @@ def test_cli_calibrate_then_apply_scores_new_data_with_the_gates_parameters(corp
     keep = (fp == "debate") & expect
     assert debate["failures"] == int((~fc[keep]).sum())
     # default parameters would have given other scores: the parameters travel with the gate
-    assert not np.array_equal(fastuq.score(new, "sauce")["sauce"].to_numpy(), fs)
+    assert not np.array_equal(fastuq.score(new, "sauce", dtype="float64")["sauce"].to_numpy(),
+                              fs)
 
 
 def test_cli_legacy_gate_per_protocol_and_its_verdicts(corpora, tmp_path, capsys):
     folder, cal, _ = corpora
     scores = tmp_path / "s.parquet"
     assert main(["score", str(folder / "cal.parquet"), "-o", str(scores)]) == 0
-    out = tmp_path / "v.parquet"
+    out, js = tmp_path / "v.parquet", tmp_path / "g.json"
     assert main(["gate", str(folder / "cal.parquet"), "--scores", str(scores), "--score",
-                 "sauce", "--alpha", "0.2", "--by", "protocol", "-o", str(out)]) == 0
+                 "sauce", "--alpha", "0.2", "--by", "protocol", "-o", str(out),
+                 "--json", str(js)]) == 0
     printed = capsys.readouterr().out
     s = pq.read_table(scores)["sauce"].to_numpy()
     protocol = np.asarray(cal["protocol"].to_pylist())
@@ -212,6 +220,28 @@ def test_cli_legacy_gate_per_protocol_and_its_verdicts(corpora, tmp_path, capsys
         assert f"pass iff sauce <= {want.threshold:.10g}" in printed
         np.testing.assert_array_equal(verdicts["passed"].to_numpy()[keep],
                                       s[keep] <= want.threshold)
+        entry = next(g for g in json.loads(js.read_text())["gates"] if g["group"] == name)
+        assert entry["threshold"] == want.threshold and entry["n_passed"] == want.n_passed
+    assert verdicts.column_names == ["trajectory_id", "protocol", "sauce", "passed"]
+
+
+def test_cli_a_failed_write_exits_1(corpora, tmp_path, monkeypatch, capsys):
+    import fastuq.io.writers as writers
+
+    folder, _, _ = corpora
+    u, correct, _ = _data(8, 300)
+    gate = tmp_path / "gate.json"
+    Gate(0.3, 0.1, score="sauce").calibrate(u, correct).save(gate)
+    new = tmp_path / "new.parquet"
+    pq.write_table(pa.table({"trajectory_id": ["a"], "sauce": [0.1]}), new)
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(writers, "atomic_write_parquet", full_disk)
+    out = tmp_path / "v.parquet"
+    assert main(["gate", "apply", str(gate), str(new), "-o", str(out)]) == 1
+    assert "No space left on device" in capsys.readouterr().err and not out.exists()
 
 
 def test_cli_gate_file_errors(corpora, tmp_path, capsys):

@@ -408,9 +408,10 @@ def _print_calibration(source: Path, column: str, gate, group, by) -> None:
         print(f"threshold: none; {gate.reason} (the gate passes nothing)")
     print(f"passed: {gate.n_passed:,} of {gate.n_calibration:,} (pass rate "
           f"{gate.pass_rate:.4f})")
+    level = gate.table["level_delta"][0] if gate.table.get("level_delta") else gate.delta
     print(f"failures among passed: {gate.failures:,} (failure rate "
-          f"{_fmt(gate.failure_rate)}, {1 - gate.delta:g} upper bound "
-          f"{_fmt(gate.upper_bound)})")
+          f"{_fmt(gate.failure_rate)}, upper bound {_fmt(gate.upper_bound)} at confidence "
+          f"{1 - level:.6g})")
 
 
 def _write_verdicts(path: str, frame, column: str, values, passed, by) -> None:

@@ -108,6 +108,9 @@ class Gate:
         """
         s = np.asarray(scores, dtype=np.float64)
         c = np.asarray(correct)
+        if s.ndim != 1 or c.ndim != 1 or len(s) != len(c):
+            raise ValueError(f"scores and correct must be 1-D of one length, got shapes "
+                             f"{s.shape} and {c.shape}")
         kwargs = dict(higher_passes=self.higher_passes, procedure=self.procedure,
                       levels=self.levels, starts=self.starts)
         if groups is None:
@@ -120,8 +123,8 @@ class Gate:
         for name in sorted(set(g.tolist())):
             keep = g == name
             try:
-                out[name] = calibrate_threshold(s[keep], c[keep] if c.ndim else c,
-                                                self.alpha, self.delta, **kwargs)
+                out[name] = calibrate_threshold(s[keep], c[keep], self.alpha, self.delta,
+                                                **kwargs)
             except ValueError as exc:
                 raise ValueError(f"{by or 'group'} {name!r}: {exc}") from None
         self.calibrations_ = out
@@ -211,8 +214,10 @@ class Gate:
     @classmethod
     def load(cls, path: str | os.PathLike) -> Gate:
         """Read a gate file written by :meth:`save` (``fastuq gate calibrate -o``)."""
+        from pathlib import Path
+
         try:
-            text = open(path, encoding="utf-8").read()  # noqa: SIM115 - read at once
+            text = Path(path).read_text(encoding="utf-8")
         except UnicodeDecodeError:
             raise ValueError(f"{path}: not a gate file (not UTF-8 text)") from None
         try:
@@ -244,7 +249,7 @@ def _group_labels(groups: Any, n: int) -> np.ndarray:
     if g.ndim != 1 or len(g) != n:
         raise ValueError(f"groups must be 1-D with one label per score ({n}), got shape "
                          f"{g.shape}")
-    missing = np.array([x is None for x in g], bool) if n else np.zeros(0, bool)
+    missing = np.equal(g, None)
     if missing.any():
         raise ValueError(f"item {int(np.flatnonzero(missing)[0])} has no group")
     return g.astype(str).astype(object)
