@@ -16,7 +16,9 @@ score instead (the procedure before the grid). Three ways to hold the family-wis
 * ``"multi_start"`` (the default): ``starts`` fixed sequences, each at ``delta / starts``,
   starting at equally spaced levels (positions ``j * (m // starts)``, as MAPIE's
   ``FWERFixedSequenceTesting``) and each running toward looser levels until its first
-  non-rejection; a level is valid when any sequence rejected it.
+  non-rejection; a level is valid when any sequence rejected it. With fewer tested levels
+  than starts, each tested level starts one sequence, still at ``delta / starts`` (the split
+  is fixed before the data; MAPIE would split over the levels instead).
 * ``"bonferroni"``: every level at ``delta / m``.
 
 The threshold is the loosest valid level (it passes the most items). Levels where even no
