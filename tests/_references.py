@@ -401,6 +401,50 @@ def gate_bonferroni(scores, correct, candidates, alpha: float, delta: float, *,
             "table": table}
 
 
+def pass_fraction_grid(scores, levels: int, higher_passes: bool) -> list[float]:
+    """The gate's default candidates (DESIGN "Consistency gate"): for i = 1..levels, the
+    score of the ceil(i n / levels)-th item in pass order (lowest uncertainty first, highest
+    confidence with ``higher_passes``); a threshold passes its whole tie group. Repeated
+    thresholds are kept once, strictest first."""
+    ordered = sorted((float(s) for s in scores), reverse=higher_passes)
+    n, out = len(ordered), []
+    for i in range(1, levels + 1):
+        thr = ordered[-(-i * n // levels) - 1]
+        if thr not in out:
+            out.append(thr)
+    return out
+
+
+def gate_multi_start(scores, correct, candidates, alpha: float, delta: float, starts: int, *,
+                     higher_passes: bool = False) -> dict:
+    """Multi-start fixed sequence (DESIGN "Consistency gate"): the candidates a rejection is
+    possible for at ``delta / starts`` (``(1 - alpha)^n <= delta / starts``), in order, get
+    ``min(starts, len)`` starting points ``j * (len // that)``; from each, levels are tested at
+    ``delta / starts`` toward looser ones until the first not rejected. A level is valid when
+    any start rejected it; the threshold is the loosest valid one. Returns ``threshold``,
+    ``n_passed``, ``failures``, ``upper_bound`` (at ``delta / starts``) and ``valid``: the
+    valid thresholds, strictest first."""
+    level = delta / starts
+    seq = []
+    for thr in candidates:
+        n, k = gate_passed(scores, correct, thr, higher_passes)
+        if n and (1 - alpha) ** n <= level:
+            seq.append((thr, n, k, binomial_upper_exact(k, n, level)))
+    valid = set()
+    count = min(starts, len(seq))
+    for j in range(count):
+        for i in range(j * (len(seq) // count), len(seq)):
+            if seq[i][3] > alpha:
+                break
+            valid.add(i)
+    if not valid:
+        return {"threshold": None, "n_passed": 0, "failures": 0, "upper_bound": None,
+                "valid": []}
+    thr, n, k, bound = seq[max(valid)]
+    return {"threshold": thr, "n_passed": n, "failures": k, "upper_bound": bound,
+            "valid": [seq[i][0] for i in sorted(valid)]}
+
+
 # -------------------------------------------------------------------------------- replay
 
 

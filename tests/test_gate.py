@@ -59,6 +59,13 @@ def _reference(scores, correct, alpha, delta):
     return best
 
 
+def _distinct_fs(scores, correct, alpha, delta, **kw):
+    """The procedure before the grid, still an option: every distinct score a candidate, one
+    fixed sequence from the strictest."""
+    return calibrate_threshold(scores, correct, alpha, delta, levels="distinct",
+                               procedure="fixed_sequence", **kw)
+
+
 @pytest.mark.parametrize("k,n", [(0, 1), (0, 5), (1, 10), (3, 10), (9, 10), (10, 10), (7, 200)])
 def test_clopper_pearson_matches_bisection_and_binomtest(k, n):
     delta = 0.05
@@ -78,28 +85,28 @@ def test_hand_worked_ten_items():
     # j=6 (.510) fails: threshold 5.
     assert _cp_upper(0, 3, 0.1) > 0.5 >= _cp_upper(0, 4, 0.1)
     assert _cp_upper(0, 5, 0.1) <= 0.5 < _cp_upper(1, 6, 0.1)
-    g = calibrate_threshold(scores, correct, 0.5, 0.1)
+    g = _distinct_fs(scores, correct, 0.5, 0.1)
     assert (g.threshold, g.n_passed, g.failures, g.pass_rate) == (5.0, 5, 0, 0.5)
     assert g.failure_rate == 0 and g.upper_bound == pytest.approx(_cp_upper(0, 5, 0.1))
     assert g.passes(scores).tolist() == [True] * 5 + [False] * 5
     # alpha .95: every bound <= .95: everything passes.
-    g = calibrate_threshold(scores, correct, 0.95, 0.1)
+    g = _distinct_fs(scores, correct, 0.95, 0.1)
     assert (g.threshold, g.n_passed, g.failures) == (10.0, 10, 4)
     assert g.upper_bound == pytest.approx(_cp_upper(4, 10, 0.1), abs=1e-9)
     # alpha .2: a rejection needs j >= 11 (log .1 / log .8 = 10.3): nothing passes.
-    g = calibrate_threshold(scores, correct, 0.2, 0.1)
+    g = _distinct_fs(scores, correct, 0.2, 0.1)
     assert not g.passes_any and g.threshold == -math.inf and g.n_passed == 0
     assert math.isnan(g.failure_rate) and not g.passes(scores).any()
     # alpha .3, delta .5: bounds .5 .293 .206 .159 .129 .264 .228 .321 ...: start j=2,
     # j=8 fails: threshold 7 (k=1).
-    g = calibrate_threshold(scores, correct, 0.3, 0.5)
+    g = _distinct_fs(scores, correct, 0.3, 0.5)
     assert _cp_upper(1, 7, 0.5) <= 0.3 < _cp_upper(2, 8, 0.5)
     assert (g.threshold, g.n_passed, g.failures) == (7.0, 7, 1)
     assert g.pass_rate == 0.7 and g.failure_rate == pytest.approx(1 / 7)
     assert g.upper_bound == pytest.approx(_cp_upper(1, 7, 0.5), abs=1e-9)
     for alpha, delta in ((0.5, 0.1), (0.95, 0.1), (0.2, 0.1), (0.3, 0.5)):
         ref = _reference(scores.tolist(), correct.tolist(), alpha, delta)
-        g = calibrate_threshold(scores, correct, alpha, delta)
+        g = _distinct_fs(scores, correct, alpha, delta)
         assert ref == ((g.threshold, g.n_passed, g.failures) if g.passes_any else None)
 
 
@@ -112,7 +119,7 @@ def test_stops_at_first_failure_even_if_later_candidates_pass():
     alpha, delta = 0.2, 0.05
     assert _cp_upper(0, 20, delta) <= alpha < _cp_upper(1, 21, delta)
     assert _cp_upper(1, 221, delta) <= alpha
-    g = calibrate_threshold(scores, correct, alpha, delta)
+    g = _distinct_fs(scores, correct, alpha, delta)
     assert (g.threshold, g.n_passed, g.failures) == (19.0, 20, 0)
 
 
@@ -122,7 +129,7 @@ def test_matches_loop_reference_with_ties(seed):
     scores = rng.integers(0, 8, 60).astype(float)  # many ties
     correct = rng.random(60) > scores / 12
     for alpha, delta in ((0.2, 0.1), (0.35, 0.05), (0.5, 0.2)):
-        g = calibrate_threshold(scores, correct, alpha, delta)
+        g = _distinct_fs(scores, correct, alpha, delta)
         ref = _reference(scores.tolist(), correct.tolist(), alpha, delta)
         if ref is None:
             assert not g.passes_any
@@ -137,26 +144,26 @@ def test_ties_pass_together():
     # delta .5: candidate .1 passes 2 (k=0, bound .293), .2 passes 5 (k=2, bound .5),
     # .3 passes 6 (k=2).
     assert _cp_upper(0, 2, 0.5) <= 0.3 < _cp_upper(2, 5, 0.5)
-    g = calibrate_threshold(scores, correct, 0.3, 0.5)
+    g = _distinct_fs(scores, correct, 0.3, 0.5)
     assert (g.threshold, g.n_passed, g.failures) == (0.1, 2, 0)
     assert max(_cp_upper(2, 5, 0.5), _cp_upper(2, 6, 0.5)) <= 0.55
-    g = calibrate_threshold(scores, correct, 0.55, 0.5)
+    g = _distinct_fs(scores, correct, 0.55, 0.5)
     assert (g.threshold, g.n_passed, g.failures) == (0.3, 6, 2)
     # alpha .28: the first candidate with a possible rejection would need 3 items; the tie
     # group at .2 jumps from 2 to 5 passed, with 2 failures: bound .5 > .28: nothing.
     assert _cp_upper(0, 2, 0.5) > 0.28 >= _cp_upper(0, 3, 0.5)
-    assert not calibrate_threshold(scores, correct, 0.28, 0.5).passes_any
+    assert not _distinct_fs(scores, correct, 0.28, 0.5).passes_any
 
 
 def test_all_correct_all_wrong_single_item():
     s = np.linspace(0, 1, 100)
-    g = calibrate_threshold(s, np.ones(100, bool), 0.05, 0.05)  # needs n >= 59
+    g = _distinct_fs(s, np.ones(100, bool), 0.05, 0.05)  # needs n >= 59
     assert (g.threshold, g.n_passed, g.failures, g.pass_rate) == (1.0, 100, 0, 1.0)
     assert g.upper_bound == pytest.approx(1 - 0.05 ** (1 / 100))
-    g = calibrate_threshold(s, np.zeros(100, int), 0.5, 0.05)
+    g = _distinct_fs(s, np.zeros(100, int), 0.5, 0.05)
     assert not g.passes_any and g.threshold == -math.inf
-    assert not calibrate_threshold([0.3], [True], 0.1, 0.05).passes_any  # bound 0.95
-    g = calibrate_threshold([0.3], [1], 0.96, 0.05)
+    assert not _distinct_fs([0.3], [True], 0.1, 0.05).passes_any  # bound 0.95
+    g = _distinct_fs([0.3], [1], 0.96, 0.05)
     assert (g.threshold, g.n_passed, g.upper_bound) == (0.3, 1, pytest.approx(0.95))
 
 
@@ -164,14 +171,14 @@ def test_higher_passes_mirrors_the_default():
     rng = np.random.default_rng(7)
     conf = rng.random(300)
     correct = rng.random(300) < conf  # higher confidence, more often correct
-    g = calibrate_threshold(conf, correct, 0.15, 0.05, higher_passes=True)
-    m = calibrate_threshold(-conf, correct, 0.15, 0.05)
+    g = _distinct_fs(conf, correct, 0.15, 0.05, higher_passes=True)
+    m = _distinct_fs(-conf, correct, 0.15, 0.05)
     assert g.passes_any
     assert g.threshold == -m.threshold and g.n_passed == m.n_passed
     assert g.failures == m.failures and g.upper_bound == m.upper_bound
     assert g.passes(conf).sum() == g.n_passed
     assert (conf[g.passes(conf)] >= g.threshold).all()
-    none = calibrate_threshold([0.5], [True], 0.1, 0.05, higher_passes=True)
+    none = _distinct_fs([0.5], [True], 0.1, 0.05, higher_passes=True)
     assert none.threshold == math.inf and not none.passes([1.0]).any()
 
 
@@ -207,6 +214,58 @@ def test_guarantee_by_simulation():
             violations += min(g.threshold, 1.0) ** 2 / 3 > alpha  # population rate t^2 / 3
     assert passed_any > 0.95 * splits  # not vacuous: a threshold is found almost always
     assert violations / splits <= delta + 3 * math.sqrt(delta * (1 - delta) / splits)
+
+
+def _draws(p, draws, n, seed):
+    rng = np.random.default_rng(seed)
+    u = rng.random((draws, n))
+    return u, rng.random((draws, n)) >= p(u)
+
+
+def test_flat_safe_failure_rate_passes_in_almost_every_draw():
+    # 2,000 items failing at 5% everywhere (every threshold safe at alpha .1): the procedure
+    # before the grid passed nothing in 78% of the draws (bench/gate_simulation.py)
+    u, correct = _draws(lambda u: np.full_like(u, 0.05), 200, 2000, 11)
+    gates = [calibrate_threshold(u[d], correct[d], 0.1, 0.05) for d in range(200)]
+    nothing = sum(not g.passes_any for g in gates)
+    assert nothing / 200 < 0.05
+    assert np.mean([g.pass_rate for g in gates]) > 0.9
+    assert all(g.procedure == "multi_start" and g.levels == 50 and g.starts == 4 for g in gates)
+
+
+def test_rising_failure_rate_passes_the_safe_part():
+    # p(u) = .02 + .6 u^2: among u <= t the failure rate is .02 + .2 t^2, <= .1 iff
+    # t <= sqrt(.4): the safe part is the 63.2% lowest scores
+    u, correct = _draws(lambda u: 0.02 + 0.6 * u**2, 200, 2000, 12)
+    gates = [calibrate_threshold(u[d], correct[d], 0.1, 0.05) for d in range(200)]
+    rates = np.array([g.pass_rate for g in gates])
+    assert (rates > 0).mean() > 0.95 and rates.mean() > 0.45  # before: .217 on average
+    unsafe = sum(0.02 + 0.2 * min(g.threshold, 1.0) ** 2 > 0.1 for g in gates if g.passes_any)
+    assert unsafe / 200 <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / 200)
+
+
+def test_no_valid_threshold_says_why_and_the_table_has_every_level():
+    u = np.linspace(0, 1, 400)
+    g = calibrate_threshold(u, np.zeros(400, bool), 0.1, 0.05)  # everything fails
+    assert not g.passes_any and g.reason.startswith("no valid threshold")
+    assert len(g.table["level"]) == 50 and not any(g.table["rejected"])
+    assert g.table["failures"] == g.table["passed"]
+    row = {k: v[-1] for k, v in g.table.items()}
+    assert (row["passed"], row["pass_fraction"], row["threshold"]) == (400, 1.0, 1.0)
+    ok = calibrate_threshold(u, np.ones(400, bool), 0.1, 0.05)
+    assert ok.passes_any and ok.reason == "" and ok.n_passed == 400
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(procedure="holm"), "procedure must be one of"),
+    (dict(levels=0), "levels"),
+    (dict(levels="all"), "levels"),
+    (dict(levels=2.5), "levels"),
+    (dict(starts=0), "starts"),
+])
+def test_unknown_procedures_raise(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        calibrate_threshold([0.1, 0.2], [1, 1], 0.1, 0.05, **kwargs)
 
 
 # --- CLI ------------------------------------------------------------------------------------
@@ -249,11 +308,31 @@ def test_cli_gate(files, tmp_path, capsys):
     assert rc == 0 and f"pass iff sauce <= {g.threshold:.10g}" in capsys.readouterr().out
 
 
+def test_cli_gate_prints_the_procedure_and_the_per_level_table(files, capsys):
+    rc = main(["gate", str(files["corpus"]), "--score", "sauce", "--alpha", "0.2",
+               "--delta", "0.1", "--levels", "8", "--procedure", "bonferroni"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "procedure: Bonferroni over the levels; candidates: 8 pass-fraction levels" in out
+    lines = out.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("level"))
+    rows = [line.split() for line in lines[head + 1:head + 9]]
+    # level 4 of 8 passes the 200 lowest of 400 scores; its p-value by math.comb
+    u, correct = files["u"], files["correct"]
+    low = np.argsort(u)[:200]
+    k = int((~correct[low]).sum())
+    p = math.fsum(math.comb(200, i) * 0.2**i * 0.8 ** (200 - i) for i in range(k + 1))
+    assert rows[3][:5] == ["4", "0.5000", f"{np.sort(u)[199]:.10g}", "200", str(k)]
+    assert float(rows[3][5]) == pytest.approx(p, rel=1e-2)
+    assert float(rows[3][6]) == pytest.approx(_cp_upper(k, 200, 0.1 / 8), abs=1e-4)
+
+
 def test_cli_gate_higher_passes_and_none(files, capsys):
     rc = main(["gate", str(files["corpus"]), "--score", "sauce", "--higher-passes",
                "--alpha", "0.05"])
     assert rc == 0
-    assert "threshold: none" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "threshold: none; no valid threshold" in out
 
 
 def test_cli_gate_errors(files, tmp_path, capsys):
@@ -279,7 +358,7 @@ def test_cli_gate_on_a_consistency_column_as_the_readme_says(tmp_path, capsys):
                              "correct": correct, "consistency": conf}), path)
     out = tmp_path / "v.parquet"
     assert main(["gate", str(path), "--score", "consistency", "--higher-passes",
-                 "-o", str(out)]) == 0
+                 "--levels", "distinct", "--procedure", "fixed_sequence", "-o", str(out)]) == 0
     # by hand: the loosest threshold whose passed items' Clopper-Pearson bound holds,
     # testing from the strictest (highest) score down, stopping at the first failure
     from scipy.stats import beta

@@ -295,7 +295,7 @@ PUBLIC = {
     "fastuq.synth": {"PROTOCOLS", "corpus", "corpus_chunks", "main", "schema", "write",
                      "add_beliefs", "corpus_with_beliefs"},
     "fastuq.gate": {
-        "GateCalibration", "calibrate_threshold", "clopper_pearson_upper",
+        "Gate", "GateCalibration", "calibrate_threshold", "clopper_pearson_upper",
         "consistency_scores", "corpus_consistency"},
     "fastuq.replay": {
         "Outcomes", "POLICIES", "Policy", "ReplayResult", "grid_sums", "pareto_front",
@@ -319,7 +319,7 @@ PUBLIC = {
     "fastuq.errors": {"RecordError", "TooManySkipped"},
     # the capability subpackages (added with them)
     "fastuq.decisions": {
-        "POLICIES", "GateCalibration", "Outcomes", "Policy", "ReplayResult",
+        "POLICIES", "Gate", "GateCalibration", "Outcomes", "Policy", "ReplayResult",
         "calibrate_threshold", "clopper_pearson_upper", "consistency_scores",
         "corpus_consistency", "grid_sums", "pareto_front", "plot_replay", "replay",
         "round_answer_slots", "round_outcomes", "stop_rounds", "tie_counts", "uaad_grid_sums",

@@ -144,6 +144,7 @@ PLACEHOLDERS: dict[str, str] = {
     "expected.json": "sauce's AUROC and AUARC from fastuq eval corpus.parquet --json, "
                      "in percent to 2 decimals",
     "params.json": "fastuq fit corpus.parquet --steps 30 -o params.json",
+    "gate.json": "fastuq gate calibrate corpus.parquet --score sauce --by protocol -o gate.json",
     "scored.parquet": "trajectory_id, correct and consistency (fastuq.gate.consistency_scores"
                       ") of fastuq.synth.self_consistency.self_consistency_corpus(300)",
     "corpus/": "corpus.parquet in two Parquet files",
@@ -250,6 +251,8 @@ def base_folder(tmp_path_factory) -> Path:
         Path("eval.json").unlink()
         _run(["fit", "corpus.parquet", "--steps", "30", "-o", "params.json"])
         _run(["calibrate", "corpus.parquet", "--method", "sauce,bccs", "-o", "calib.json"])
+        _run(["gate", "calibrate", "corpus.parquet", "--score", "sauce", "--by", "protocol",
+              "-o", "gate.json"])
         sc = self_consistency_corpus(300, seed=0)
         texts = [r[0] for r in sc["texts"].to_pylist()]
         pq.write_table(pa.table({
@@ -452,6 +455,13 @@ INLINE: dict[str, list[list[str]] | str] = {
     "fastuq eval corpus.parquet --scores s.parquet":  # the scores of a skip run
         [["score", "corpus.parquet", "-o", "s.parquet", "--on-error", "skip"],
          ["eval", "corpus.parquet", "--scores", "s.parquet"]],
+    "fastuq gate calibrate CORPUS --score COLUMN --alpha A --delta D -o gate.json":
+        [["gate", "calibrate", "corpus.parquet", "--score", "sauce", "--alpha", "0.2",
+          "--delta", "0.1", "-o", "gate2.json"]],
+    "fastuq gate calibrate CORPUS --score sauce -o gate.json":
+        [["gate", "calibrate", "corpus.parquet", "--score", "sauce", "-o", "gate2.json"]],
+    "fastuq gate apply gate.json NEW -o verdicts.parquet":
+        [["gate", "apply", "gate.json", "corpus.jsonl.gz", "-o", "verdicts.parquet"]],
     "fastuq gate corpus.jsonl --score consistency":
         [["gate", "corpus.jsonl", "--score", "consistency"]],
     "fastuq import dylan path/to/exp/MATH/CoT -o dylan.parquet":

@@ -32,7 +32,9 @@ from _references import (
     consistency_exact,
     gate_bonferroni,
     gate_fixed_sequence,
+    gate_multi_start,
     pair_disagreement_exact,
+    pass_fraction_grid,
     replay_stop,
     replay_totals,
     replay_trajectory,
@@ -420,7 +422,8 @@ def test_calibrate_threshold_matches_the_fixed_sequence_reference(seed, higher_p
     key = -scores if higher_passes else scores
     correct = rng.random(n) > 0.02 + 0.4 * (key - key.min()) / (np.ptp(key) + 1e-9)
     alpha, delta = [(0.1, 0.05), (0.2, 0.1), (0.05, 0.2)][seed % 3]
-    got = calibrate_threshold(scores, correct, alpha, delta, higher_passes=higher_passes)
+    got = calibrate_threshold(scores, correct, alpha, delta, higher_passes=higher_passes,
+                              levels="distinct", procedure="fixed_sequence")
     want = gate_fixed_sequence(scores.tolist(), correct.tolist(),
                                strictest_first(scores.tolist(), higher_passes), alpha, delta,
                                higher_passes=higher_passes)
@@ -428,6 +431,89 @@ def test_calibrate_threshold_matches_the_fixed_sequence_reference(seed, higher_p
         assert got.n_passed == 0 and math.isinf(got.threshold)
         return
     assert got.threshold == want["threshold"]
+    assert (got.n_passed, got.failures) == (want["n_passed"], want["failures"])
+    assert got.upper_bound == pytest.approx(want["upper_bound"], rel=1e-9)
+
+
+def _binom_cdf(k: int, n: int, p: float) -> float:
+    return math.fsum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k + 1))
+
+
+def test_pass_fraction_grid_and_the_three_procedures_by_hand():
+    # 20 items scored 1..20 (uncertainties), items 2, 19 and 20 wrong; 4 levels pass the 5,
+    # 10, 15, 20 lowest: failures 1, 1, 1, 3. alpha .3, delta .1.
+    scores = np.arange(1.0, 21.0)
+    correct = np.ones(20, bool)
+    correct[[1, 18, 19]] = False
+    assert pass_fraction_grid(scores.tolist(), 4, False) == [5, 10, 15, 20]
+    p = {n: _binom_cdf(k, n, 0.3) for n, k in ((5, 1), (10, 1), (15, 1), (20, 3))}
+    # p-values .528, .149, .0353, .107; (.7)^n <= level needs n >= 7 at .1, 9 at .05, 11 at .025
+    assert p[10] > 0.1 and p[15] <= 0.025 * 2 < p[20] and p[15] > 0.025
+    assert 0.7**7 <= 0.1 < 0.7**6 and 0.7**9 <= 0.05 < 0.7**8 and 0.7**11 <= 0.025 < 0.7**10
+    # fixed sequence at .1: tested 10, 15, 20; the first (p .149) fails: no valid threshold
+    fs = calibrate_threshold(scores, correct, 0.3, 0.1, levels=4, procedure="fixed_sequence")
+    assert not fs.passes_any and fs.reason.startswith("no valid threshold")
+    assert fs.table["passed"] == [5, 10, 15, 20] and fs.table["failures"] == [1, 1, 1, 3]
+    assert fs.table["tested"] == [False, True, True, True]
+    assert fs.table["rejected"] == [False] * 4
+    assert fs.table["p_value"] == pytest.approx([p[5], p[10], p[15], p[20]], rel=1e-9)
+    assert fs.table["pass_fraction"] == [0.25, 0.5, 0.75, 1.0]
+    # multi-start, 2 starts at .05: sequence 10, 15, 20; starts at 10 (fails) and 15
+    # (rejected, then 20 fails): threshold 15
+    ms = calibrate_threshold(scores, correct, 0.3, 0.1, levels=4, procedure="multi_start",
+                             starts=2)
+    assert (ms.threshold, ms.n_passed, ms.failures) == (15.0, 15, 1)
+    assert ms.upper_bound == pytest.approx(binomial_upper_exact(1, 15, 0.05), rel=1e-9)
+    assert ms.table["rejected"] == [False, False, True, False]
+    assert ms.table["level_delta"] == [0.05] * 4
+    assert ms.table["bound"][1:] == pytest.approx(
+        [binomial_upper_exact(k, n, 0.05) for n, k in ((10, 1), (15, 1), (20, 3))], rel=1e-9)
+    # Bonferroni over 4 levels at .025: 15's p .0353 > .025: none
+    bf = calibrate_threshold(scores, correct, 0.3, 0.1, levels=4, procedure="bonferroni")
+    assert not bf.passes_any and bf.table["tested"] == [False, False, True, True]
+    assert "no valid threshold" in bf.reason
+    # the references agree
+    cands = pass_fraction_grid(scores.tolist(), 4, False)
+    assert gate_fixed_sequence(scores.tolist(), correct.tolist(), cands, 0.3, 0.1)[
+        "threshold"] is None
+    assert gate_multi_start(scores.tolist(), correct.tolist(), cands, 0.3, 0.1, 2)[
+        "threshold"] == 15
+    assert gate_bonferroni(scores.tolist(), correct.tolist(), cands, 0.3, 0.1)[
+        "threshold"] is None
+    # too few items for any level: the reason says how many a level needs
+    small = calibrate_threshold(scores[:6], correct[:6], 0.3, 0.1, levels=3)
+    assert not small.passes_any and "at least" in small.reason
+
+
+@pytest.mark.parametrize("procedure", ["fixed_sequence", "multi_start", "bonferroni"])
+@pytest.mark.parametrize("higher_passes", [False, True])
+@pytest.mark.parametrize("seed", range(4))
+def test_calibrate_threshold_on_the_grid_matches_the_references(seed, higher_passes, procedure):
+    rng = np.random.default_rng(100 + seed)
+    n = int(rng.integers(150, 600))
+    scores = rng.integers(0, 40, n) / 8.0  # ties: levels can land in one tie group
+    key = -scores if higher_passes else scores
+    correct = rng.random(n) > 0.01 + 0.3 * ((key - key.min()) / (np.ptp(key) + 1e-9)) ** 2
+    alpha, delta = [(0.1, 0.05), (0.15, 0.1), (0.2, 0.05), (0.08, 0.2)][seed]
+    levels, starts = [(20, 4), (50, 4), (30, 3), (13, 2)][seed]
+    got = calibrate_threshold(scores, correct, alpha, delta, higher_passes=higher_passes,
+                              procedure=procedure, levels=levels, starts=starts)
+    cands = pass_fraction_grid(scores.tolist(), levels, higher_passes)
+    assert got.table["threshold"] == cands
+    args = (scores.tolist(), correct.tolist(), cands, alpha, delta)
+    if procedure == "fixed_sequence":
+        want = gate_fixed_sequence(*args, higher_passes=higher_passes)
+    elif procedure == "bonferroni":
+        want = gate_bonferroni(*args, higher_passes=higher_passes)
+    else:
+        want = gate_multi_start(*args, starts, higher_passes=higher_passes)
+        valid = [t for t, r in zip(got.table["threshold"], got.table["rejected"],
+                                   strict=True) if r]
+        assert valid == want["valid"]
+    if want["threshold"] is None:
+        assert got.n_passed == 0 and math.isinf(got.threshold) and got.reason
+        return
+    assert got.threshold == want["threshold"] and not got.reason
     assert (got.n_passed, got.failures) == (want["n_passed"], want["failures"])
     assert got.upper_bound == pytest.approx(want["upper_bound"], rel=1e-9)
 

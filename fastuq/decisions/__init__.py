@@ -5,6 +5,8 @@
 * :mod:`fastuq.decisions.calibration` -- probabilities of being correct: Platt and isotonic
   maps per estimator and protocol (:class:`Calibrator`; the isotonic fit is
   :mod:`fastuq.decisions.isotonic`'s);
+* :mod:`fastuq.decisions.gatefile` -- a calibrated gate as one object and one file
+  (:class:`Gate`: ``calibrate`` then ``apply``, per protocol if asked; ``save``/``load``);
 * :mod:`fastuq.decisions.consistency` -- the consistency gate's own score
   (:func:`consistency_scores`, :func:`corpus_consistency`);
 * :mod:`fastuq.decisions.outcomes` -- what stopping a saved debate after each round gives;
@@ -22,6 +24,7 @@ from fastuq.decisions.calibration import (
     scoring_record,
 )
 from fastuq.decisions.consistency import consistency_scores, corpus_consistency
+from fastuq.decisions.gatefile import Gate
 from fastuq.decisions.isotonic import isotonic_fit, isotonic_predict
 from fastuq.decisions.outcomes import (
     Outcomes,
@@ -45,7 +48,8 @@ from fastuq.decisions.threshold import GateCalibration, calibrate_threshold, clo
 __all__ = [
     "CALIBRATION_METHODS", "Calibrator", "calibration_metrics", "isotonic_fit",
     "isotonic_predict", "scoring_record",
-    "POLICIES", "GateCalibration", "Outcomes", "Policy", "ReplayResult", "calibrate_threshold",
+    "POLICIES", "Gate", "GateCalibration", "Outcomes", "Policy", "ReplayResult",
+    "calibrate_threshold",
     "clopper_pearson_upper", "consistency_scores", "corpus_consistency", "grid_sums",
     "pareto_front", "plot_replay", "replay", "round_answer_slots", "round_outcomes",
     "stop_rounds", "tie_counts", "uaad_grid_sums",
