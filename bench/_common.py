@@ -36,8 +36,6 @@ from typing import Any
 
 import numpy as np
 
-from fastuq.io.writers import atomic_write_json, json_default
-
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 RESULTS_DIR = BENCH_DIR / "results"
@@ -144,7 +142,7 @@ def run_worker(
 
 def emit_result(result: dict[str, Any]) -> None:
     """Print a worker's result for :func:`run_worker` (one tagged JSON line)."""
-    print(RESULT_TAG + json.dumps(result, default=json_default), flush=True)
+    print(RESULT_TAG + json.dumps(result, default=_plain), flush=True)
 
 
 # ----------------------------------------------------------------------------- bandwidth
@@ -279,7 +277,15 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]],
     return "\n".join(lines)
 
 
+def _plain(value: Any) -> Any:
+    """NumPy scalars and arrays as Python numbers and lists (a worker may run an older
+    fastuq under ``--baseline``, so this module imports nothing of the package)."""
+    return np.asarray(value).tolist()
+
+
 def write_json(path: Path, data: dict[str, Any]) -> None:
+    from fastuq.io.writers import atomic_write_json
+
     atomic_write_json(path, data)
 
 
