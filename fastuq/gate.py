@@ -3,13 +3,12 @@ re-exports): the risk-controlling threshold (:mod:`fastuq.decisions.threshold`) 
 consistency score (:mod:`fastuq.decisions.consistency`)."""
 
 from fastuq.decisions.consistency import (
-    NUMBER,
-    TOKEN,
     WHITESPACE,
+    WORD,
     consistency_scores,
     corpus_consistency,
 )
 from fastuq.decisions.threshold import GateCalibration, calibrate_threshold, clopper_pearson_upper
 
-__all__ = ["NUMBER", "TOKEN", "WHITESPACE", "GateCalibration", "calibrate_threshold",
+__all__ = ["WHITESPACE", "WORD", "GateCalibration", "calibrate_threshold",
            "clopper_pearson_upper", "consistency_scores", "corpus_consistency"]
