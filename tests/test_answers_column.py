@@ -33,8 +33,12 @@ def _random_texts(seed: int, n: int) -> list[str | None]:
     return out
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_column_equals_extract_answer_text_by_text(seed):
+@pytest.mark.parametrize("seed,block", [(0, None), (1, None), (2, 37)])
+def test_column_equals_extract_answer_text_by_text(seed, block, monkeypatch):
+    import fastuq.answers.column as column
+
+    if block:  # byte-scan blocks of a few rows, a text split across none
+        monkeypatch.setattr(column, "_BLOCK_BYTES", block)
     texts = _random_texts(seed, 4000)
     got = extract_answer_column(texts).to_pylist()
     want = [extract_answer(t) for t in texts]

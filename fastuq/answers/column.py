@@ -87,18 +87,15 @@ def extract_answer_column(texts: Any) -> Any:
     return answers.cast(pa.large_string())
 
 
-#: Bytes that rule a text out of the fast paths (UNSAFE's characters, in UTF-8).
-_UNSAFE_BYTE = np.zeros(256, bool)
-_UNSAFE_BYTE[0x80:] = True
-_UNSAFE_BYTE[[0x1C, 0x1D, 0x1E, 0x1F, 0x5C]] = True
-#: Bytes of text per block of the byte scan (bounds its temporary mask).
-_BLOCK_BYTES = 1 << 26
+#: Bytes of text per block of the byte scan: its temporaries stay in cache (on the 2-core bench
+#: machine 256 KB took 0.10 s of CPU for 300 MB of text, 64 MB blocks 0.97 s).
+_BLOCK_BYTES = 1 << 18
 
 
 def _safe_rows(col) -> Any:
-    """``[N]`` bool: the row holds no byte of ``_UNSAFE_BYTE`` (NumPy on the UTF-8 bytes, in
-    blocks of about ``_BLOCK_BYTES``; a null row reads as its bytes, none)."""
-
+    """``[N]`` bool: the row holds no byte of UNSAFE's characters in UTF-8 (``>= 0x80``,
+    ``0x5C``, ``0x1C``-``0x1F``), by NumPy on the UTF-8 bytes, in blocks of about
+    ``_BLOCK_BYTES`` (a null row reads as its bytes: none)."""
     _, off_buf, data_buf = col.buffers()
     n = len(col)
     off = np.frombuffer(off_buf, np.int64, count=n + 1, offset=8 * col.offset)
@@ -111,7 +108,10 @@ def _safe_rows(col) -> Any:
         b = int(np.searchsorted(off, off[a] + _BLOCK_BYTES, side="left"))
         b = min(max(b, a + 1), n)
         lo = int(off[a])
-        bad = _UNSAFE_BYTE[data[lo:off[b]]]
+        block = data[lo:off[b]]
+        bad = block >= 0x80  # comparisons, not a table lookup: SIMD, some 10x faster
+        bad |= block == 0x5C
+        bad |= (block - np.uint8(0x1C)) < 4
         if bad.any():
             rows = np.arange(a, b)
             full = rows[off[rows + 1] > off[rows]]

@@ -136,8 +136,10 @@ def consistency_scores(candidates: Any, samples: Any) -> np.ndarray:
     c_has = c_ans.is_valid().to_numpy(zero_copy_only=False)
     ask = np.flatnonzero(usable & c_has[item])  # samples whose answer can decide
     if ask.size:
-        s_ans = extract_answer_column(texts if ask.size == len(texts)
-                                      else texts.take(pa.array(ask)))
+        if ask.size > 0.75 * len(texts):  # read them all rather than copy most of them
+            s_ans = extract_answer_column(texts).take(pa.array(ask))
+        else:
+            s_ans = extract_answer_column(texts.take(pa.array(ask)))
         s_has = s_ans.is_valid().to_numpy(zero_copy_only=False)
         both = ask[s_has]
         if both.size:
