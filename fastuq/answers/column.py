@@ -26,21 +26,22 @@ pieces.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["extract_answer_column"]
 
 #: A text whose last line states "answer is <number>" (group 1: the number).
 FAST_ANSWER = r"(?i:\banswer\s+is\b)\s*:?[ \t]*(-?[0-9]+(?:\.[0-9]+)?)\.?[ \t\r]*$"
-#: A character that rules a text out of both fast paths (not ASCII, ``\\``, ``\\x1c-\\x1f``).
-UNSAFE = r"[^\x00-\x1b\x20-\x5b\x5d-\x7f]"
 #: What any rule of ``extract_answer`` needs in an ASCII text without ``\\``.
 MAYBE_ANSWER = r"[0-9]|(?i:\banswer\s+is\b)|\([A-J]\)"
 
 
-def extract_answer_column(texts: Any) -> Any:
+def extract_answer_column(texts: Any) -> pa.LargeStringArray:
     """``extract_answer(text)`` for every text of a column, as an Arrow ``large_string``
     array (null where a text states no answer, or is null).
 
@@ -92,9 +93,9 @@ def extract_answer_column(texts: Any) -> Any:
 _BLOCK_BYTES = 1 << 18
 
 
-def _safe_rows(col) -> Any:
-    """``[N]`` bool: the row holds no byte of UNSAFE's characters in UTF-8 (``>= 0x80``,
-    ``0x5C``, ``0x1C``-``0x1F``), by NumPy on the UTF-8 bytes, in blocks of about
+def _safe_rows(col: pa.LargeStringArray) -> np.ndarray:
+    """``[N]`` bool: the row is ASCII without ``\\`` and ``\\x1c``-``\\x1f`` (no UTF-8 byte
+    ``>= 0x80``, ``0x5C`` or ``0x1C``-``0x1F``), by NumPy on the UTF-8 bytes, in blocks of about
     ``_BLOCK_BYTES`` (a null row reads as its bytes: none)."""
     _, off_buf, data_buf = col.buffers()
     n = len(col)
@@ -120,7 +121,7 @@ def _safe_rows(col) -> Any:
     return safe
 
 
-def _string_array(values: Any):
+def _string_array(values: Any) -> pa.LargeStringArray:
     """``values`` as one Arrow ``large_string`` array; ValueError when not strings."""
     import polars as pl
     import pyarrow as pa
