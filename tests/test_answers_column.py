@@ -93,3 +93,17 @@ def test_input_kinds_and_errors():
         extract_answer_column(pa.array([1, 2]))
     with pytest.raises(ValueError, match="texts must be strings"):
         extract_answer_column([1, 2])
+
+
+def test_a_date_is_one_answer_not_its_year():
+    from fastuq.answers import answers_equivalent
+
+    assert extract_answer("It is due 05/01/2021.") == "05/01/2021"
+    assert extract_answer("so on 2021-05-01") == "2021-05-01"
+    assert not answers_equivalent(extract_answer("05/01/2021"), extract_answer("04/30/2021"))
+    # not dates: a fraction, a range, a subtraction
+    assert extract_answer("x is 3/4") == "3/4"
+    assert extract_answer("from 2020-2021") == "2021"
+    assert extract_answer("12-5") == "5"
+    assert extract_answer_column(["due 05/01/2021", "04/30/2021"]).to_pylist() == [
+        "05/01/2021", "04/30/2021"]
