@@ -4,14 +4,13 @@ consistency score (:mod:`fastuq.decisions.consistency`), and the calibrated gate
 and file (:class:`Gate`, :mod:`fastuq.decisions.gatefile`)."""
 
 from fastuq.decisions.consistency import (
-    NUMBER,
-    TOKEN,
     WHITESPACE,
+    WORD,
     consistency_scores,
     corpus_consistency,
 )
 from fastuq.decisions.gatefile import Gate
 from fastuq.decisions.threshold import GateCalibration, calibrate_threshold, clopper_pearson_upper
 
-__all__ = ["NUMBER", "TOKEN", "WHITESPACE", "Gate", "GateCalibration", "calibrate_threshold",
+__all__ = ["WHITESPACE", "WORD", "Gate", "GateCalibration", "calibrate_threshold",
            "clopper_pearson_upper", "consistency_scores", "corpus_consistency"]

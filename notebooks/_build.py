@@ -376,12 +376,99 @@ fastuq replay dylan.parquet --policy fixed --policy uaad --policy uaad_route \\
 ```"""),
 ]
 
+# ------------------------------------------------ 04: the consistency gate on a sampled-CoT log
+
+SELF_CONSISTENCY = [
+    ("markdown", """# A consistency gate on a self-consistency log
+
+A self-consistency run samples `k` chain-of-thought completions per question and answers by
+majority vote. Its saved log, in the layout of the math-evaluation-harness
+(ZubinGou/math-evaluation-harness, whose `math_eval.py --n_sampling k --save_outputs` writes
+one JSON line per question: `idx`, `question`, `gt`, the `k` completions in `code`, the
+harness's own `pred` and `score`), is imported with a generic mapping into the canonical
+schema (protocol `self_consistency`: round 0 holds the `k` samples, `final_answer` is the
+majority answer, `correct` checks it against `gt`).
+
+The gate scores each question's answer by its **consistency** with the samples: the mean over
+the samples of their agreement with the candidate (equivalent final answers 1, different 0;
+token-set Jaccard only where a text states no answer). It then calibrates a threshold on
+half of the questions, so that among the questions it passes the failure rate stays at most
+`alpha` with probability `1 - delta`, and applies it to the other half.
+
+The log here is the small one the tests carry (`tests/data/math_eval_harness`: 32 questions,
+`k = 4`, written by hand in that layout), so the numbers are an illustration of the path,
+not a measurement."""),
+    ("code", r"""import os
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import polars as pl
+
+from fastuq.decisions import Gate, consistency_scores
+from fastuq.importers import import_generic
+
+REPO = Path(os.environ.get("FASTUQ_REPO") or Path.cwd().parent).resolve()
+LOG = REPO / "tests" / "data" / "math_eval_harness"
+corpus = pl.from_arrow(import_generic(LOG / "gsm8k_sc.jsonl", config=LOG / "map.toml"))
+print(f"imported {corpus.height} questions, k = {corpus['n_agents'].unique().to_list()} "
+      f"samples each; protocol {corpus['protocol'].unique().to_list()}; "
+      f"majority-vote accuracy {corpus['correct'].mean():.3f}")
+corpus.select("trajectory_id", "reference", "final_answer", "correct").head(4)"""),
+    ("code", r"""# the candidate: the majority answer; the samples: round 0's texts
+samples = corpus["texts"].list.first()
+scores = consistency_scores(corpus["final_answer"], samples)
+correct = corpus["correct"].to_numpy()
+print("consistency of the right answers:", np.round(np.sort(scores[correct]), 2))
+print("consistency of the wrong answers:", np.round(np.sort(scores[~correct]), 2))
+
+# calibrate on one half (a seeded random split), apply on the other. With 16 calibration
+# items the whole delta goes to one fixed sequence from the strictest level (the default,
+# multi_start, splits delta over 4 starts: too little for so few items)
+ALPHA, DELTA = 0.2, 0.2
+order = np.random.default_rng(0).permutation(corpus.height)
+cal, test = order[: corpus.height // 2], order[corpus.height // 2:]
+gate = Gate(ALPHA, DELTA, higher_passes=True, procedure="fixed_sequence")
+gate.calibrate(scores[cal], correct[cal])
+result = gate.calibrations_[None]
+passed = gate.apply(scores[test])
+failures = int((~correct[test][passed]).sum())
+print(f"calibrated on {cal.size} questions: threshold {result.threshold}, "
+      f"{result.n_passed} of them passed")
+print(f"applied to the other {test.size}: {int(passed.sum())} passed, {failures} of them "
+      f"wrong: observed failure rate among passed "
+      f"{failures / max(int(passed.sum()), 1):.3f} (target <= {ALPHA}, with probability "
+      f">= {1 - DELTA}); accuracy of all {test.size}: {correct[test].mean():.3f}")"""),
+    ("code", r"""fig, ax = plt.subplots(figsize=(7, 4))
+bins = np.linspace(0, 1, 9)
+ax.hist([scores[correct], scores[~correct]], bins=bins, label=["right answer", "wrong answer"],
+        color=["tab:green", "tab:red"], rwidth=0.9)
+ax.axvline(result.threshold, color="k", ls="--", lw=1,
+           label=f"calibrated threshold {result.threshold:.2f} (passes >=)")
+ax.set_xlabel("consistency of the majority answer with its k = 4 samples")
+ax.set_ylabel("questions")
+ax.set_title(f"Consistency gate on a self-consistency log, n = {corpus.height}", fontsize=11)
+ax.legend(fontsize=8, loc="upper left")
+plt.show()""", {"fastuq_figure": "consistency_histogram"}),
+    ("markdown", """From the command line, the same import and gate (the gate computes the
+consistency column itself from a `self_consistency` corpus):
+
+```bash
+fastuq import generic --config tests/data/math_eval_harness/map.toml \\
+    tests/data/math_eval_harness/gsm8k_sc.jsonl -o sc.parquet
+fastuq gate calibrate sc.parquet --score consistency --alpha 0.2 --delta 0.2 \\
+    --procedure fixed_sequence -o gate.json
+fastuq gate apply gate.json NEW.parquet -o verdicts.parquet
+```"""),
+]
+
 #: Notebook file -> its cells: ``(kind, source)`` or ``(kind, source, metadata)``. A code cell
 #: whose metadata names a ``fastuq_figure`` must draw exactly one figure (the tests check).
 NOTEBOOKS: dict[str, list[tuple]] = {
     "01_rescoring.ipynb": RESCORING,
     "02_sweep_fit.ipynb": SWEEP,
     "03_replay.ipynb": REPLAY,
+    "04_self_consistency.ipynb": SELF_CONSISTENCY,
 }
 
 

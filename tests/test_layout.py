@@ -277,6 +277,7 @@ PUBLIC = {
     "fastuq.answers": {
         "AnswerKind", "REL_TOL", "answer_classes", "answer_kind", "answers_equivalent",
         "check_answers", "check_coded", "extract_answer", "extract_answers",
+        "extract_answer_column",
         "math_verify_available", "normalize_answer", "numeric_value", "vote_classes"},
     "fastuq.cli": {
         "COMMANDS", "EXIT_FAILED", "EXIT_USAGE", "exit_status", "main", "positive_int",

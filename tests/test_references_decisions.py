@@ -347,25 +347,17 @@ def test_consistency_scores_match_the_reference_where_the_rules_agree():
     np.testing.assert_allclose(got, want, rtol=0, atol=TOL)
 
 
-@pytest.mark.xfail(strict=True, reason="package bug: where candidate and sample both state a "
-                   "final answer and the answers differ, fastuq.gate.consistency_scores "
-                   "falls back to the token Jaccard (0.6 here) instead of DESIGN's 0.0")
 def test_consistency_different_final_answers_score_zero():
     # DESIGN: "the final answers decide where both texts state one (... different 0.0)"
     got = consistency_scores(["The answer is 12"], [["The answer is 13"]])
     assert got[0] == consistency_exact("The answer is 12", ["The answer is 13"]) == 0.0
 
 
-@pytest.mark.xfail(strict=True, reason="package bug: fastuq.gate reads the last run of digits "
-                   "('000' of '1,000'), not the answer extractor's reading with thousands "
-                   "separators, so 1,000 and 1000 do not match (score 0.4, not 1.0)")
 def test_consistency_reads_thousands_separators_as_the_extractor_does():
     got = consistency_scores(["we get 1,000"], [["we get 1000"]])
     assert got[0] == consistency_exact("we get 1,000", ["we get 1000"]) == 1.0
 
 
-@pytest.mark.xfail(strict=True, reason="package bug: fastuq.gate tokenises on [a-z0-9]+ (so "
-                   "'café' is the token 'caf'), not on Unicode word tokens as DESIGN says")
 def test_consistency_jaccard_on_unicode_word_tokens():
     c, s = "naïve café", "naïf café"
     # Unicode words: {naïve, café} vs {naïf, café}: 1/3; [a-z0-9]+: {na, ve, caf} vs

@@ -3,6 +3,8 @@
 * :func:`extract_answer` / :func:`extract_answers`: the final answer stated in a response
   (last ``\\boxed{}``, else "The answer is ...", else a final choice letter, else the last
   number), or ``None``.
+* :func:`extract_answer_column`: the same answers for a whole column of texts (Arrow), with
+  one Python call per distinct text that a vectorized search cannot decide.
 * :func:`answer_kind`: what a gold answer is like (``"choice"``, ``"number"`` or ``None``);
   pass it to ``extract_answer(text, kind)`` so that a letter gold reads only letters and a
   numeric gold reduces a sentence around one number to that number.
@@ -30,6 +32,7 @@ from fastuq.answers.check import (
     math_verify_available,
     vote_classes,
 )
+from fastuq.answers.column import extract_answer_column
 from fastuq.answers.extract import AnswerKind, extract_answer, extract_answers
 from fastuq.answers.normalize import answer_kind, normalize_answer, numeric_value
 
@@ -44,6 +47,7 @@ __all__ = [
     "check_coded",
     "extract_answer",
     "extract_answers",
+    "extract_answer_column",
     "math_verify_available",
     "normalize_answer",
     "numeric_value",

@@ -28,9 +28,11 @@ Rules, tried in order (the first that finds something wins):
    ``$`` signs and trailing ``.`` are stripped.
 3. **Choice letter**: the last ``(A)`` .. ``(J)`` with no digit after it in the text.
 4. **Last number**: the last integer, decimal (``.5`` included), negative number, number with
-   thousands separators (``1,234,567``, returned without the commas) or simple fraction
-   (``3/4``, ``\\frac{3}{4}``). A ``-`` counts as a sign only when it does not follow a letter,
-   digit or closing bracket (``3-5`` ends in ``5``, not ``-5``).
+   thousands separators (``1,234,567``, returned without the commas), simple fraction
+   (``3/4``, ``\\frac{3}{4}``) or date (``05/01/2021`` and ``2021-05-01``, kept whole as
+   written: two dates agree only when spelled alike, and never by their year alone). A
+   ``-`` counts as a sign only when it does not follow a letter, digit or closing bracket
+   (``3-5`` ends in ``5``, not ``-5``).
 
 Nothing found (or ``None`` / empty text): ``None``.
 
@@ -99,7 +101,9 @@ _DIGIT = re.compile(r"\d")
 _NUMBER = re.compile(
     r"(?:(?<![\w)\]}])-\s?)?"  # a sign, unless it is a binary minus
     r"(?:"
-    r"\\[dt]?frac\{\d+\}\{\d+\}"  # \frac{3}{4}
+    r"\d{1,2}/\d{1,2}/\d{2,4}(?![\d/])"  # a date 05/01/2021 (before the fraction 05/01)
+    r"|\d{4}-\d{1,2}-\d{1,2}(?![\d-])"  # an ISO date 2021-05-01
+    r"|\\[dt]?frac\{\d+\}\{\d+\}"  # \frac{3}{4}
     r"|\d+/\d+(?!\d|\.\d)"  # 3/4
     r"|\d{1,3}(?:,\d{3})+(?:\.\d+)?(?!\d)"  # 1,234,567.5
     r"|\d+(?:\.\d+)?"  # 12, 12.5

@@ -4,10 +4,31 @@ candidate answer with its ``k`` sampled answers, in [0, 1], for whole columns at
 ``samples``). Higher is more consistent: calibrate its threshold with
 :func:`fastuq.decisions.threshold.calibrate_threshold` and ``higher_passes=True``.
 
-Why one module over 600 lines: the score is one vectorized pipeline (last numbers by one
-Polars regex, tokens as integer ids from the UTF-8 bytes, pair counts by sorted merges on a
-thread pool) whose helpers exist only for it and share its byte-level constants; split, each
-part would import the other's private helpers. Importing it imports NumPy alone.
+Definition. For a candidate text ``c`` and one sample text ``s``, the agreement is
+
+1. 1.0 when the normalised texts are equal (lowercased, runs of whitespace one space,
+   stripped);
+2. else, when both texts state a final answer (:func:`fastuq.answers.extract_answer`, read
+   over the column by :func:`fastuq.answers.extract_answer_column`: last ``\\boxed{}``, "the
+   answer is ...", a choice letter, else the last number, with thousands separators,
+   fractions, dates and units as that module reads them): 1.0 when the answers are
+   equivalent (:func:`fastuq.answers.answers_equivalent`, ``math=False``: equal normalised
+   answers, or numbers within a relative ``1e-6``), else 0.0, whatever the rest of the
+   texts share;
+3. else (either text states no answer): the Jaccard index ``|A n B| / |A u B|`` of the sets of
+   Unicode word tokens of the two lowercased texts (``re``'s ``\\w+``: "Москва" is a token,
+   so "Москва" and "Ответ: Москва" score 1/2); 0.0 when both sets are empty.
+
+The candidate's score is the **mean** of these agreements over its *usable* samples (non-null
+and non-empty after normalisation), clamped to [0, 1]; a candidate without a usable sample
+scores 0.0 (the gate fails closed). tests/_references.py (``consistency_exact``) is the same
+definition written item by item in plain Python.
+
+Why one module over 600 lines: the score is one vectorized pipeline (answers read over whole
+columns, tokens as integer ids from the UTF-8 bytes, pair counts by sorted merges on a thread
+pool) whose helpers exist only for it and share its byte-level constants; split, each part
+would import the other's private helpers. Importing it imports NumPy and
+:mod:`fastuq.answers`.
 """
 
 from __future__ import annotations
@@ -16,36 +37,25 @@ from typing import Any
 
 import numpy as np
 
+from fastuq.answers import check_coded, extract_answer_column
+
 __all__ = ["consistency_scores", "corpus_consistency"]
 
 
-#: A number as the gate reads it (the *last* one in a text is its final answer).
-NUMBER = r"-?\d+(?:\.\d+)?"
-#: A token of the token sets: a run of lowercase letters or digits (after lowercasing).
-TOKEN = r"[a-z0-9]+"
-#: Whitespace as Python has it (``str.isspace``, which ``re``'s ``\s`` and ``str.strip``
+#: Whitespace as Python has it (``str.isspace``, which ``re``'s ``\s`` and ``str.split``
 #: follow): the normalisation collapses runs of these, and a sample of nothing else is empty.
 WHITESPACE = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004"
               "\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
-
-# The last NUMBER match of a text in one regex search (Rust regex through Polars; its \d is
-# Unicode's Nd, as in Python's re). NUMBER's matches, left to right, cut a chain D.D.D...
-# (digit runs D joined by single dots, not preceded by a digit or by "digit.") into pairs
-# "D.D" and a single last D when the chain has an odd number of runs; a "-" just before the
-# chain belongs to its first match only. So the text's last match is its last chain's last
-# run (odd count) or last two runs (even count), with the "-" when that match is the chain's
-# first. The pattern consumes the character before the chain (or starts at ^), so the chain
-# cannot start inside a longer one: group s is that "-", p the chain's leading pairs, l the
-# last match without its sign; no digit follows l. Checked against re.findall on 2e5 random
-# strings of digits, ".", "-", letters and whitespace (tests/test_gate.py runs a sample).
-_LAST_NUMBER = (r"(?:^|[^\d.\-]|(?:^|\D)\.|(?P<s>-))(?P<p>(?:\d+\.\d+\.)*)"
-                r"(?P<l>\d+(?:\.\d+)?)\D*$")
+#: The tokens of a text with a non-ASCII character: Python's ``re`` words of its lowercasing.
+WORD = r"\w+"
 
 # Byte classes of UTF-8 text. _SOLID: an ASCII byte that is not whitespace (a row starting or
 # ending with one is surely not empty after normalisation).
 _SOLID = np.ones(256, bool)
 _SOLID[[ord(c) for c in WHITESPACE if ord(c) < 128]] = False
 _SOLID[128:] = False
+_ASCII_LOWER = np.arange(256, dtype=np.uint8)
+_ASCII_LOWER[0x41:0x5B] |= 0x20
 _LOW_BYTES = np.array([(1 << (8 * i)) - 1 for i in range(8)] + [(1 << 64) - 1], np.uint64)
 _PAD = np.uint64((1 << 64) - 1)  # fills the rows of a pair matrix; no key is PAD or PAD - 1
 _U64 = np.dtype("<u8")
@@ -55,47 +65,44 @@ _WORD_KEY = 0x9E3779B97F4A7C15  # word j of a long token is mixed with j * _WORD
 # Bytes of text per task of the token and pair computation: 256 KB was the fastest of 128 KB
 # to 4 MB on the 2-core bench machine (a task's arrays take some 30 times its text).
 _CHUNK_BYTES = 1 << 18
-# Rows per Polars frame of the last-number search.
-_NUMBER_ROWS = 1 << 18
 
 
 def consistency_scores(candidates: Any, samples: Any) -> np.ndarray:
     r"""``[N]`` gate score in [0, 1] of each candidate against its samples (higher = more
     consistent; pass iff ``score >= threshold``, so calibrate with ``higher_passes=True``).
 
-    Per sample (DESIGN.md, "Consistency gate"): 1.0 when the last numbers of candidate and
-    sample are equal (as numbers: ``3`` and ``3.0`` match) or their normalised texts are
-    equal (lowercased, runs of whitespace made one space, stripped); else the Jaccard index
-    of their token sets (tokens: runs of ``[a-z0-9]`` after lowercasing; a candidate without
-    tokens has index 0). The score is the mean over the *usable* samples (non-empty after
-    normalisation), clamped to [0, 1]; a candidate without a usable sample scores 0 (the
-    gate fails closed). Whitespace, lowercasing and ``\d`` are Python's (``str.isspace``,
-    ``str.lower``, ``re``): the values equal a per-item ``re`` / ``set`` implementation's
-    (tests/test_gate.py, bench/bench_gate.py), up to the Unicode versions of Python and of
-    Polars' Rust (lowercasing a text with no ASCII letter or digit in it, ``\d`` on digits
-    of scripts added after Unicode 14).
+    The score (module docstring, DESIGN.md "Consistency gate") is the mean over the usable
+    samples of the pairwise agreement: 1.0 for equal normalised texts; else, when both texts
+    state a final answer, 1.0 if the answers are equivalent and 0.0 if not; else the Jaccard
+    index of the Unicode word-token sets. No usable sample: 0.0. Whitespace and lowercasing
+    are Python's (``str.isspace``, ``str.lower``) up to the Unicode versions of Python and of
+    Polars' Rust (the normalised-text comparison lowercases with Polars).
 
-    Vectorized over whole columns, no per-item Python loop:
+    Vectorized over whole columns, no per-item Python loop on ASCII texts:
 
-    * the last number of every text by one Polars regex search (``_LAST_NUMBER``), parsed as
-      float64 (NaN when there is none);
-    * tokens only for the samples that need a Jaccard index (usable, numbers unequal): the
-      UTF-8 bytes of those texts, back to back, classified in NumPy (a token byte is an
-      ASCII letter or digit; every other byte separates, as no other character lowercases to
-      one, except ``"\u0130"`` and ``"\u212a"``, whose texts are lowercased by Polars first).
-      A token of at most 8 bytes is its own id (its bytes, little-endian: exact); a longer
-      one gets a 61-bit hash of its bytes, flagged so it never equals a short token's id;
+    * final answers by :func:`fastuq.answers.extract_answer_column` (Polars searches decide
+      most texts; the others cost one ``extract_answer`` call per distinct text), for the
+      candidates and for the usable samples of candidates that state one; pairs of answers
+      compared by :func:`fastuq.answers.check_coded` (Python once per distinct answer);
+    * tokens only for the samples that need a Jaccard index (usable, no answer on one side):
+      the UTF-8 bytes of those texts, back to back, classified in NumPy (a token byte is an
+      ASCII letter, digit or ``_``, or any byte of a non-ASCII character). A text with a
+      non-ASCII character is first replaced by its ``re`` words (``\w+`` of its Python
+      lowercasing) joined by spaces, once per distinct text of a chunk: the only per-text
+      Python of the tokens. A token of at most 8 bytes is its own id (its bytes,
+      little-endian: exact), a longer one (or one of 8 bytes ending in a non-ASCII byte)
+      gets a 61-bit hash of its bytes;
     * per (candidate, sample) pair, the sample's token ids (tagged 1) and the candidate's
       (tagged 0) in one row of a padded matrix, sorted along the row: equal tokens are then
       adjacent, so ``|A u B|`` and ``|A n B|`` come from comparing neighbours. Samples run
       in tasks of about ``_CHUNK_BYTES`` of text on a thread pool (NumPy releases the GIL),
       each taken, tokenised and compared while in cache.
 
-    Exact except for a hash collision between two different tokens longer than 8 bytes
-    within one pair: treating the hash as random, with ``t`` such tokens in a pair the
-    probability is below ``t**2 / 2**62`` (for 1e7 pairs of 100 long tokens each, about
-    2e-8 that any pair in the corpus has one). Texts equal after normalisation but without
-    tokens (e.g. ``"?"`` and ``" ?"``) are compared as normalised strings (Polars).
+    Exact except for a hash collision between two different hashed tokens, or a hashed and a
+    short non-ASCII token, within one pair: treating the hash as random, with ``t`` such
+    tokens in a pair the probability is below ``t**2 / 2**62``. Texts equal after
+    normalisation are compared as normalised strings (Polars) where the answers or the
+    token sets do not already decide.
 
     Args:
       candidates: ``[N]`` strings (a list, NumPy, Arrow or Polars array; null = empty).
@@ -109,6 +116,7 @@ def consistency_scores(candidates: Any, samples: Any) -> np.ndarray:
       ValueError: candidates not strings, samples not lists of strings, or the two of
         different lengths.
     """
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     cand = _strings(candidates, "candidates")
@@ -122,19 +130,28 @@ def consistency_scores(candidates: Any, samples: Any) -> np.ndarray:
         cand = pc.fill_null(cand, "")
 
     usable = _usable(texts)  # [M]
-    s_num = np.full(len(texts), np.nan)
-    (c_num,) = _last_numbers(cand)  # [N]
-    ask = np.flatnonzero(usable & ~np.isnan(c_num[item]))  # a match is possible
-    if ask.size > 0.75 * len(texts):  # search them all rather than copy most of them
-        (s_num,) = _last_numbers(texts)
-    elif ask.size:
-        import pyarrow as pa
-
-        (s_num[ask],) = _last_numbers(texts.take(pa.array(ask)))
     agree = np.zeros(len(texts))
-    match = usable & (s_num == c_num[item])  # NaN (no number) never matches
-    agree[match] = 1.0
-    need = np.flatnonzero(usable & ~match)  # samples that need a Jaccard index
+    decided = np.zeros(len(texts), bool)
+    c_ans = extract_answer_column(cand)  # [N], null: no answer
+    c_has = c_ans.is_valid().to_numpy(zero_copy_only=False)
+    ask = np.flatnonzero(usable & c_has[item])  # samples whose answer can decide
+    if ask.size:
+        if ask.size > 0.75 * len(texts):  # read them all rather than copy most of them
+            s_ans = extract_answer_column(texts).take(pa.array(ask))
+        else:
+            s_ans = extract_answer_column(texts.take(pa.array(ask)))
+        s_has = s_ans.is_valid().to_numpy(zero_copy_only=False)
+        both = ask[s_has]
+        if both.size:
+            same = _same_answers(c_ans, s_ans.filter(pa.array(s_has)), item[both])
+            agree[both[same]] = 1.0
+            decided[both] = True
+            differ = both[~same]
+            differ = differ[_may_normalise_alike(cand, item[differ], texts, differ)]
+            if differ.size:  # 1.0 all the same for equal normalised texts
+                agree[differ] = _same_normalised(cand.take(pa.array(item[differ])),
+                                                 texts.take(pa.array(differ)))
+    need = np.flatnonzero(usable & ~decided)  # samples that need a Jaccard index
     if need.size:
         agree[need] = _jaccard(cand, texts, item, need)
     kept = np.flatnonzero(usable)
@@ -142,6 +159,21 @@ def consistency_scores(candidates: Any, samples: Any) -> np.ndarray:
     sums = np.bincount(item[kept], weights=agree[kept], minlength=n)  # in sample order
     mean = np.divide(sums, counts, out=np.zeros(n), where=counts > 0)
     return np.clip(mean, 0.0, 1.0)
+
+
+def _same_answers(c_ans, s_ans, c_row: np.ndarray) -> np.ndarray:
+    """``[len(s_ans)]`` bool: is sample answer ``s_ans[i]`` equivalent to the candidate answer
+    ``c_ans[c_row[i]]`` (both non-null), by :func:`fastuq.answers.check_coded` on one
+    dictionary of the distinct answers (Python runs once per distinct answer)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    enc = pc.dictionary_encode(pa.concat_arrays([c_ans.cast(pa.large_string()),
+                                                 s_ans.cast(pa.large_string())]))
+    codes = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    distinct = enc.dictionary.to_pylist()
+    n = len(c_ans)
+    return check_coded(distinct, distinct, codes[:n][c_row], codes[n:])
 
 
 def _strings(values: Any, name: str):
@@ -238,41 +270,6 @@ def _usable(texts) -> np.ndarray:
     return out
 
 
-def _last_numbers(*columns) -> list[np.ndarray]:
-    """Per Arrow string column ``[M]``: float64, the last NUMBER in each text as Python's
-    ``float`` reads it (NaN where there is none, or for a null). Row ranges of
-    ``_NUMBER_ROWS`` run as Polars lazy frames, ``_threads()`` of them (8 at most) collected
-    together (in parallel), so only that many ranges are held as Polars strings at a time."""
-    import polars as pl
-
-    def frame(col, a: int) -> pl.LazyFrame:
-        return (pl.LazyFrame({"t": pl.Series(col.slice(a, _NUMBER_ROWS))})
-                .select(pl.col("t").str.extract_groups(_LAST_NUMBER).alias("g")).unnest("g")
-                .select(pl.when(pl.col("s").is_not_null() & (pl.col("p") == ""))
-                        .then(pl.lit("-") + pl.col("l")).otherwise(pl.col("l")).alias("x"))
-                .select(pl.col("x").cast(pl.Float64, strict=False).alias("v"),
-                        (pl.col("x").is_not_null()
-                         & pl.col("x").cast(pl.Float64, strict=False).is_null()).alias("odd"),
-                        pl.col("x")))
-
-    out = [np.full(len(col), np.nan) for col in columns]
-    ranges = [(i, a) for i, col in enumerate(columns) for a in range(0, len(col), _NUMBER_ROWS)]
-    step = min(_threads(), 8)
-    for b in range(0, len(ranges), step):
-        batch = ranges[b:b + step]
-        for (i, a), f in zip(batch, pl.collect_all([frame(columns[i], a) for i, a in batch]),
-                             strict=True):
-            values = f["v"].fill_null(np.nan).to_numpy()
-            odd = np.flatnonzero(f["odd"].to_numpy())
-            if odd.size:  # digits of other scripts ("\u0663"), which Python's float reads
-                words = f["x"].gather(odd).to_list()
-                parsed = {w: float(w) for w in set(words)}
-                values = values.copy()
-                values[odd] = [parsed[w] for w in words]
-            out[i][a:a + len(values)] = values
-    return out
-
-
 def _jaccard(cand, texts, item: np.ndarray, need: np.ndarray) -> np.ndarray:
     """``[len(need)]`` agreement of samples ``texts[need]`` with their candidates when the
     numbers do not decide: the Jaccard index of the token sets, or (no token on either side)
@@ -291,6 +288,22 @@ def _jaccard(cand, texts, item: np.ndarray, need: np.ndarray) -> np.ndarray:
         out[empty] = _same_normalised(cand.take(pa.array(its[empty])),
                                       texts.take(pa.array(need[empty])))
     return out
+
+
+def _may_normalise_alike(a, a_rows: np.ndarray, b, b_rows: np.ndarray) -> np.ndarray:
+    """``[len(a_rows)]`` bool, False where the normalised texts ``a[a_rows[i]]`` and
+    ``b[b_rows[i]]`` surely differ: their first bytes (or their last bytes) are both ASCII
+    and not whitespace, hence each the first (last) normalised character of its text, and
+    differ after ASCII lowercasing. A non-ASCII byte decides nothing (lowercasing can turn a
+    non-ASCII character into an ASCII letter: the Kelvin sign). Rows must be non-empty."""
+    a_off, a_data = _buffers(a)
+    b_off, b_data = _buffers(b)
+    differ = np.zeros(a_rows.size, bool)
+    for a_at, b_at in ((a_off[a_rows], b_off[b_rows]),
+                       (a_off[a_rows + 1] - 1, b_off[b_rows + 1] - 1)):
+        x, y = a_data[a_at], b_data[b_at]
+        differ |= _SOLID[x] & _SOLID[y] & (_ASCII_LOWER[x] != _ASCII_LOWER[y])
+    return ~differ
 
 
 def _same_normalised(a, b) -> np.ndarray:
@@ -319,14 +332,18 @@ def _token_ids(data: np.ndarray, off: np.ndarray, tag: int) -> tuple[np.ndarray,
       ``(keys [T] uint64, first [R+1] int64)``: row ``r``'s tokens, in text order, are
       ``keys[first[r]:first[r+1]]``; a key is ``id << 1 | tag`` with ``id < 2**63 - 1``.
     """
-    if data.size and data.max() >= 0xC4:
-        data, off = _lowercase_special(data, off)
+    if data.size and data.max() >= 0x80:
+        data, off = _words_of_non_ascii(data, off)
     nb = data.size
     low = np.zeros(nb + 16, np.uint8)  # token bytes lowercased, every other byte 0
     lv = low[:nb]
-    np.bitwise_or(data, 0x20, out=lv)
+    np.less(data - 0x41, 26, out=lv.view(bool))  # upper-case ASCII: 1, else 0
+    lv <<= 5
+    lv |= data
     tok = np.less(lv - 0x61, 26)
     tok |= np.less(data - 0x30, 10)
+    tok |= data == 0x5F
+    tok |= data >= 0x80
     np.multiply(lv, tok, out=lv)
     start = tok.copy()
     start[1:] &= ~tok[:-1]
@@ -381,6 +398,9 @@ def _token_ids(data: np.ndarray, off: np.ndarray, tag: int) -> tuple[np.ndarray,
     if g_long.size:
         k = g_tok[g_long]
         ids[k] = _long_id(_long_hash(words, si[k], g_len[g_long]))
+    high = np.flatnonzero(ids >> np.uint64(63))  # 8 bytes, the last non-ASCII: hashed,
+    if high.size:  # as the shift below would drop that bit
+        ids[high] = _long_id(_long_hash(words, si[high], np.full(high.size, 8, np.int64)))
     ids <<= np.uint64(1)
     if tag:
         ids |= np.uint64(1)
@@ -428,9 +448,10 @@ def _long_hash(words: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.n
 
 
 def _long_id(h: np.ndarray) -> np.ndarray:
-    """A long token's id from its hash: 62 bits of it with bit 7 set. A short token's id has
-    bit 7 clear (its first byte is ASCII) and bit 63 clear, so ids never collide across the
-    two kinds and stay below ``2**63 - 1``."""
+    """A hashed token's id from its hash: 62 bits of it with bit 7 set. An ASCII short
+    token's id has bit 7 clear (its first byte is ASCII), so the two kinds never collide
+    there; a short non-ASCII token (first byte >= 0x80) can equal a hash only by a hash
+    collision. Every id stays below ``2**63 - 1`` (bit 63 clear)."""
     h &= np.uint64((1 << 62) - 1)
     h |= np.uint64(0x80)
     return h
@@ -446,23 +467,29 @@ def _fmix64(k: np.ndarray) -> np.ndarray:
     return k
 
 
-def _lowercase_special(data: np.ndarray, off: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    r"""The rows holding "\u0130" or "\u212a" (the only non-ASCII characters Python lowercases
-    to ASCII letters) replaced by their Polars lowercasing; the others unchanged."""
-    import polars as pl
-    import pyarrow as pa
+def _words_of_non_ascii(data: np.ndarray, off: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    r"""The rows holding a non-ASCII byte replaced by their ``re`` words (``\w+`` of the
+    Python-lowercased text) joined by single spaces, once per distinct row; ASCII rows are
+    unchanged (their tokens are found from the bytes: ``\w`` on ASCII is ``[A-Za-z0-9_]``
+    and lowercasing ASCII stays ASCII). A word's UTF-8 bytes are all token bytes and a space
+    is none, so the byte tokenizer reads those words back exactly."""
+    import re
 
-    p = np.flatnonzero(data[:-1] == 0xC4)
-    hit = p[data[p + 1] == 0xB0]
-    p = np.flatnonzero(data[:-2] == 0xE2)
-    hit = np.concatenate([hit, p[(data[p + 1] == 0x84) & (data[p + 2] == 0xAA)]])
-    if not hit.size:
-        return data, off
+    hit = np.flatnonzero(data >= 0x80)
     rows = np.unique(np.searchsorted(off, hit, side="right") - 1)
-    texts = pa.LargeStringArray.from_buffers(len(off) - 1, pa.py_buffer(off),
-                                             pa.py_buffer(data))
-    low = _strings(pl.Series(texts.take(pa.array(rows))).str.to_lowercase(), "texts")
-    l_off, l_data = _buffers(low)
+    words = re.compile(WORD)
+    cache: dict[bytes, bytes] = {}
+    new = []
+    for r in rows.tolist():
+        raw = data[off[r]:off[r + 1]].tobytes()
+        out = cache.get(raw)
+        if out is None:
+            text = raw.decode("utf-8", errors="replace")
+            out = cache[raw] = " ".join(words.findall(text.lower())).encode("utf-8")
+        new.append(out)
+    l_data = np.frombuffer(b"".join(new), np.uint8)
+    l_off = np.zeros(rows.size + 1, np.int64)
+    np.cumsum([len(b) for b in new], out=l_off[1:])
     length = np.diff(off)
     src = off[:-1].copy()
     length[rows] = np.diff(l_off)
