@@ -1,5 +1,5 @@
-"""Time ``fastuq eval --by protocol`` end to end on a large simulated corpus (issue 12's
-eval target: 8 estimators on 1e7 trajectories in <= 30 s and <= 2 GiB on 2 cores).
+"""Time ``fastuq eval --by protocol`` end to end on a large simulated corpus (the GPU and
+throughput work's eval target: 8 estimators on 1e7 trajectories in <= 30 s and <= 2 GiB on 2 cores).
 
 Each run is the command itself in a subprocess under ``/usr/bin/time -v``: wall seconds,
 user and system CPU seconds, peak RSS; the 1-minute load average is recorded before and

@@ -1,4 +1,4 @@
-"""GPU benchmarks of issue 12 in one script: kernels against the device's copy bandwidth,
+"""GPU benchmarks in one script: kernels against the device's copy bandwidth,
 ``sauce_batch`` against the host-to-device copy of its inputs, sweeps ranked on the device
 against the host, ``fastuq score`` end to end, and the test suite; JSON and a markdown table.
 

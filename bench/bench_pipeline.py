@@ -1,5 +1,5 @@
 """Benchmark the scoring pipeline of ``fastuq score``: where a run's time goes, stage by stage,
-and end-to-end throughput against issue 12's targets.
+and end-to-end throughput against the pipeline's throughput targets.
 
 Run from the repository root::
 
@@ -54,7 +54,7 @@ Parts:
             subprocess: wall time, the scoring time it reports and its peak RSS
             (``/usr/bin/time -v``).
 
-Targets (issue 12; reported, not asserted), trajectories/s on the 2-core machine: SAUCE from
+Targets (reported, not asserted), trajectories/s on the 2-core machine: SAUCE from
 Parquet with agreement and entropy columns >= 5e6; from parsed answers >= 3e6; ``--method
 all`` on a top-k corpus >= 1e6; peak RSS of the 1e7 run < 2 GiB.
 Results: ``bench/results/pipeline[_LABEL].json``; the markdown is printed (the README's

@@ -129,7 +129,7 @@ def _default_unroll(t_max: int, with_trace: bool = False) -> int | bool:
     # T = 17: 28.0 / 7.2; T = 20: 26.8 / 12.6; T = 24: 34.2 / 17.2 and 39.5 / 16.0;
     # T = 28: 77 / 59; T = 32: 46.8 / 46.6 and 125 / 44; T = 40: 52 / 57 (256-bit);
     # T = 48: 60 / 70; T = 100: 138 / 810. Full unrolling compiles in 0.2 s up to T = 40.
-    # (Before issue 8 changed the variance update, the rolled loop won past 16 rounds.)
+    # (Before the variance update changed, the rolled loop won past 16 rounds.)
     # With per-round traces the limit stays at 16 rounds: there the two arrangements differ
     # in the last bit of some nu_t (a multiply-add contracted in one and not the other), and
     # the traces keep the bits they had; the summaries are the same bits either way (tested).

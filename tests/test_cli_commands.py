@@ -1,5 +1,5 @@
 """`eval`, `select`, `fit` and `sweep` on bad records, corpora without entropy, fitted
-parameters and progress (issue 9), and sweeps / fits of preloaded data.
+parameters and progress, and sweeps / fits of preloaded data.
 
 References are computed apart from the commands: SAUCE by the per-record
 ``fastuq.sauce_score`` with explicit parameters (or on a corpus with the bad rows removed),

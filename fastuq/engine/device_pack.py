@@ -1,4 +1,4 @@
-"""Packing and validation on the accelerator (issue 12, item 3).
+"""Packing and validation on the accelerator.
 
 The host path (:mod:`fastuq.io.pack`, :class:`~fastuq.engine.batch.Batch`,
 :mod:`fastuq.engine.inputs`) builds every padded ``[T, N]`` array in NumPy and hands it to
