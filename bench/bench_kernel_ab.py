@@ -7,9 +7,10 @@ slice (``jax.shard_map``, as ``fastuq.engine.runtime.per_device`` runs it): "bef
 compiled with XLA's defaults (``--before-options`` gives it the same options as "after"),
 "after" with ``XLA_COMPILER_OPTIONS`` (what ``per_device`` passes). On one device "before"
 is the old kernel called directly, as the old revision's engine called it (with the jit
-wrapper of that revision's ``kernels/_compile.py``, loaded beside it: before the compile options moved to the engine's outer jit, a
-top-level call picked the options itself), "after" is the kernel inside the engine's
-top-level jit with the options (``per_device`` on one device since that move), and
+wrapper of that revision's ``kernels/_compile.py``, loaded beside it: before the compile
+options moved to the engine's outer jit, a top-level call picked the options itself),
+"after" is the kernel inside the engine's top-level jit with the options (``per_device``
+on one device since that move), and
 "direct" the new kernel called directly (a plain jit since then: XLA's defaults). The
 floor is (bytes read + written) / the copy bandwidth of a 512 MiB ``np.copyto`` on one and
 on two threads, measured before and after the timed calls (the larger of the two). Prints

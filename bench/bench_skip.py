@@ -3,7 +3,7 @@ and the memory of the cross-chunk id-uniqueness check.
 
 Run from the repository root::
 
-    python bench/bench_skip.py             # N = 114,000 (the size of the corpus in the report that asked for skipping)
+    python bench/bench_skip.py             # N = 114,000 (the corpus that asked for skipping)
     python bench/bench_skip.py --quick     # N = 20,000, < 60 s
 
 Corpus: ``fastuq.synth.corpus(N, protocol="mixed", seed=0, topk=0)`` restricted to the
