@@ -6,6 +6,7 @@ or entry of a JSON file, is looked at):
 * ``*.jsonl`` whose first object has ``Q``, ``R`` and ``P``: ``ford``;
 * a JSON list whose first item has ``agent_response``: ``agora``; one whose first item has
   ``evaluation`` and ``response``: ``chateval``;
+* a JSON list whose first item has ``globalMemory``: ``mallm``;
 * a JSON object with ``players``: ``mad``;
 * a JSON object whose first value is a list led by a list of histories: ``dylan`` when the
   value has 4 entries (``[agent_contexts, gold, level, subject]``), ``du`` when it has 2
@@ -29,7 +30,7 @@ from fastuq.importers.mad import is_mad_config
 __all__ = ["DETECTABLE", "detect_each", "detect_format", "sniff_file"]
 
 #: The formats :func:`detect_format` can recognise.
-DETECTABLE = ("dylan", "du", "ford", "agora", "chateval", "mad")
+DETECTABLE = ("dylan", "du", "ford", "agora", "chateval", "mad", "mallm")
 
 
 def _first_jsonl_object(path: Path) -> object:
@@ -67,6 +68,8 @@ def sniff_file(path: Path) -> list[str]:
             found.append("agora")
         if "evaluation" in data[0] and "response" in data[0]:
             found.append("chateval")
+        if "globalMemory" in data[0]:
+            found.append("mallm")
     elif isinstance(data, dict) and data:
         if "players" in data:
             found.append("mad")
