@@ -3,7 +3,9 @@
 Rules (the file's name, then its top-level structure; one JSONL line, or the first record
 or entry of a JSON file, is looked at):
 
-* ``*.jsonl`` whose first object has ``Q``, ``R`` and ``P``: ``ford``;
+* ``*.jsonl`` whose first object has ``Q``, ``R`` and ``P``: ``ford``; one whose first
+  object has ``resourceSpans`` (an OTLP trace export): ``otel``;
+* a JSON object with ``resourceSpans``: ``otel``;
 * a JSON list whose first item has ``agent_response``: ``agora``; one whose first item has
   ``evaluation`` and ``response``: ``chateval``;
 * a JSON list whose first item has ``globalMemory``: ``mallm``;
@@ -30,7 +32,7 @@ from fastuq.importers.mad import is_mad_config
 __all__ = ["DETECTABLE", "detect_each", "detect_format", "sniff_file"]
 
 #: The formats :func:`detect_format` can recognise.
-DETECTABLE = ("dylan", "du", "ford", "agora", "chateval", "mad", "mallm")
+DETECTABLE = ("dylan", "du", "ford", "agora", "chateval", "mad", "mallm", "otel")
 
 
 def _first_jsonl_object(path: Path) -> object:
@@ -58,6 +60,8 @@ def sniff_file(path: Path) -> list[str]:
     name = path.name.lower()
     if name.endswith(".jsonl"):
         first = _first_jsonl_object(path)
+        if isinstance(first, dict) and "resourceSpans" in first:
+            return ["otel"]
         return ["ford"] if isinstance(first, dict) and {"Q", "R", "P"} <= set(first) else []
     if not name.endswith(".json"):
         return []
@@ -71,6 +75,8 @@ def sniff_file(path: Path) -> list[str]:
         if "globalMemory" in data[0]:
             found.append("mallm")
     elif isinstance(data, dict) and data:
+        if "resourceSpans" in data:
+            found.append("otel")
         if "players" in data:
             found.append("mad")
         value = next(iter(data.values()))
