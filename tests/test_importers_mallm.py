@@ -138,15 +138,15 @@ def test_mallm_graph_reaches_umas(tmp_path):
     preds = t.column("predecessors").to_pylist()
     want = [umas_reference(c, p, n_agents=3)["umas"] for c, p in zip(conf, preds, strict=True)]
     default = [umas_reference(c, None, n_agents=3)["umas"] for c in conf]
-    np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=0)  # float64, any device
     assert abs(want[0] - default[0]) > 1e-3  # the graph changes the score
 
 
 def fastuq_score(table: pa.Table) -> list[float]:
-    """UMAS of ``table`` through the public scoring API (float64)."""
-    from fastuq.engine.scoring import score
+    """UMAS of ``table`` through the public scoring API, in float64 on any device."""
+    import fastuq
 
-    return score(table, methods=["umas"], dtype="float64").column("umas").to_pylist()
+    return fastuq.score(table, "umas", dtype="float64").column("umas").to_pylist()
 
 
 def test_mallm_detected_and_imported_from_the_command_line(tmp_path, monkeypatch, capsys):

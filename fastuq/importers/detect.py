@@ -28,6 +28,8 @@ from pathlib import Path
 
 from fastuq.importers.common import expand_paths, load_json
 from fastuq.importers.mad import is_mad_config
+from fastuq.importers.mallm import is_mallm_record
+from fastuq.importers.otel import is_otlp_traces
 
 __all__ = ["DETECTABLE", "detect_each", "detect_format", "sniff_file"]
 
@@ -60,7 +62,7 @@ def sniff_file(path: Path) -> list[str]:
     name = path.name.lower()
     if name.endswith(".jsonl"):
         first = _first_jsonl_object(path)
-        if isinstance(first, dict) and "resourceSpans" in first:
+        if is_otlp_traces(first):
             return ["otel"]
         return ["ford"] if isinstance(first, dict) and {"Q", "R", "P"} <= set(first) else []
     if not name.endswith(".json"):
@@ -72,10 +74,10 @@ def sniff_file(path: Path) -> list[str]:
             found.append("agora")
         if "evaluation" in data[0] and "response" in data[0]:
             found.append("chateval")
-        if "globalMemory" in data[0]:
+        if is_mallm_record(data[0]):
             found.append("mallm")
     elif isinstance(data, dict) and data:
-        if "resourceSpans" in data:
+        if is_otlp_traces(data):
             found.append("otel")
         if "players" in data:
             found.append("mad")

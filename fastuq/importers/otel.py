@@ -166,6 +166,8 @@ def _spans(path: Path) -> list[_Span]:
     for where, obj in _exports(path):
         if "resourceSpans" not in obj:
             raise ValueError(f"{where}: not an OTLP trace export (no 'resourceSpans')")
+        if not isinstance(obj["resourceSpans"] or [], list):
+            raise ValueError(f"{where}: 'resourceSpans' must be a list")
         for r, rs in enumerate(obj["resourceSpans"] or []):
             at = f"{where}: resourceSpans[{r}]"
             if not isinstance(rs, dict):
@@ -173,8 +175,14 @@ def _spans(path: Path) -> list[_Span]:
             if "instrumentationLibrarySpans" in rs:
                 raise ValueError(f"{at}: 'instrumentationLibrarySpans' is OTLP before 1.0; "
                                  "this importer reads 'scopeSpans' (OTLP 1.x JSON)")
-            for s, ss in enumerate(rs.get("scopeSpans") or []):
-                for k, sp in enumerate((ss or {}).get("spans") or []):
+            scopes = rs.get("scopeSpans") or []
+            if not isinstance(scopes, list):
+                raise ValueError(f"{at}: 'scopeSpans' must be a list")
+            for s, ss in enumerate(scopes):
+                if not isinstance(ss, dict) or not isinstance(ss.get("spans") or [], list):
+                    raise ValueError(f"{at}.scopeSpans[{s}] must be an object with a list "
+                                     "'spans'")
+                for k, sp in enumerate(ss.get("spans") or []):
                     spans.append(_span(sp, f"{at}.scopeSpans[{s}].spans[{k}]"))
     return spans
 
