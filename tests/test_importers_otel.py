@@ -100,7 +100,8 @@ def _agent_span(**attrs) -> dict:
      r"attribute 'gen_ai\.output\.messages': must be the v1\.37\.0 list of messages"),
     (_agent_span(**{"gen_ai.output.messages": '[{"role": "assistant", "parts": '
                                               '[{"type": "text"}]}]'}),
-     r"message 0 part 0: a text part needs a string 'content'"),
+     r"message 0 part 0: a text part needs a string 'content' \(trajectory "
+     r"t:abababababababababababababababab/cdcdcdcdcdcdcdcd, round 0, agent 0, field texts\)"),
     (_agent_span(**{"gen_ai.agent.name": {"fooValue": 1}}),
      r"attribute 'gen_ai\.agent\.name': unknown AnyValue kind 'fooValue'"),
     (_agent_span(**{"gen_ai.agent.name": {"intValue": "x1"}}),

@@ -369,7 +369,10 @@ def _record(path: Path, name: str, index: int, key: str, spans: list[_Span]) -> 
     node_of: dict[str, tuple[int, int]] = {}
     per_agent: list[list[_Span]] = []
     for s in agents:
-        a = _agent_key(s)
+        try:
+            a = _agent_key(s)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (trajectory {name}:{key})") from None
         if a not in slot:
             slot[a] = len(per_agent)
             per_agent.append([])
@@ -400,9 +403,13 @@ def _record(path: Path, name: str, index: int, key: str, spans: list[_Span]) -> 
     preds: list[list[list[int] | None]] = [[None] * n for _ in range(n_rounds)]
     for s in agents:
         t, k = node_of[s.id]
-        text = _output(s)
-        if text is None and s.id in last_model:
-            text = _output(last_model[s.id])
+        try:
+            text = _output(s)
+            if text is None and s.id in last_model:
+                text = _output(last_model[s.id])
+        except ValueError as exc:
+            raise ValueError(f"{exc} (trajectory {name}:{key}, round {t}, agent {k}, field "
+                             "texts)") from None
         if text is None and "no_output" not in flags:
             flags.append("no_output")
         texts[t][k] = text
