@@ -85,6 +85,19 @@ def _example(**change) -> dict:
     return rec
 
 
+def test_mallm_agent_missing_from_personas_gets_the_next_slot(tmp_path):
+    rec = _example()
+    rec["globalMemory"][1].update(agent_id="judge-9", persona="Judge")  # "16", turn 1
+    r = import_mallm(_write(tmp_path, [rec])).to_pylist()[0]
+    assert (r["n_agents"], r["agents"]) == (4, ["Botanist", "Chemist", "Teacher", "Judge"])
+    assert r["answers"] == [["18", None, "18", "16"], ["18", "18", None, None]]
+    assert r["agreement"] == [2 / 4, 2 / 4]
+    # turn 2: agent 0 read 0 (own), 1 (the judge, slot 3), 2 -> [2, 3]; agent 1 read 0, 1,
+    # 2 and 3 (this turn) -> [0, 2, 3]
+    assert r["predecessors"][1] == [[2, 3], [0, 2, 3], None, None]
+    assert r["flags"] == ["agent_not_in_personas", "same_turn_reads"]
+
+
 def test_mallm_several_messages_per_turn_and_failed_decision(tmp_path):
     rec = _example(decisionSuccess=False)
     extra = dict(rec["globalMemory"][3], message_id=5, message="On reflection, 17.",
@@ -107,9 +120,8 @@ def test_mallm_several_messages_per_turn_and_failed_decision(tmp_path):
      r"record 0 \('ex-2'\): field 'turn' of globalMemory skips turns \(found \[1, 3\]\)"),
     (lambda r: r["globalMemory"][2].update(turn="1"),
      r"record 0 \('ex-2'\): globalMemory\[2\]: field 'turn' must be an integer"),
-    (lambda r: r["globalMemory"][1].update(agent_id="stranger"),
-     r"globalMemory\[1\] \(turn 1\): field 'agent_id' 'stranger' is not an agent of "
-     r"personas"),
+    (lambda r: r["globalMemory"][1].update(message_id=0),
+     r"globalMemory\[1\] \(turn 1\): field 'message_id' 0 repeats"),
     (lambda r: r["globalMemory"][1].update(solution=16),
      r"globalMemory\[1\] \(turn 1\): field 'solution' must be a string or null, got int"),
     (lambda r: r.update(globalMemory=[]),

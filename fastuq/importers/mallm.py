@@ -31,11 +31,12 @@ File format: one JSON list, one object per example:
 
 Canonical record: protocol ``"debate"`` (source ``"mallm"``); slot ``k`` = the ``k``-th
 agent of ``personas`` (when ``personas`` lacks agent ids: the order in which agents first
-speak), ``n_agents`` = the team size; round ``t`` = the ``t``-th turn (turns must be
-consecutive integers). Node ``(t, k)`` is agent ``k``'s message of that turn (null when it
-did not speak, as in a turn the decision cut short); an agent with several messages in one
-turn (the debate policy's inner rounds) gives its last, and the record is flagged
-``several_messages_per_turn``. ``texts`` are the messages, ``answers`` the ``solution``
+speak; an agent that speaks but is not listed gets the next slot and the flag
+``agent_not_in_personas``), ``n_agents`` = the team size; round ``t`` = the ``t``-th turn
+(turns must be consecutive integers). Node ``(t, k)`` is agent ``k``'s message of that turn
+(null when it did not speak, as in a turn the decision cut short); an agent with several
+messages in one turn (the debate policy's inner rounds) gives its last, and the record is
+flagged ``several_messages_per_turn``. ``texts`` are the messages, ``answers`` the ``solution``
 fields read as short labels guided by the gold (:func:`~fastuq.importers.common.label_answer`;
 a feedback message states no solution: null, it casts no vote). The final answer is
 ``finalAnswer`` read the same way (``final_rule="given"``); when it is null or absent, or
@@ -155,8 +156,10 @@ def _messages(memory: object, fail) -> list[dict]:
     return out
 
 
-def _team(rec: dict, messages: list[dict], fail) -> tuple[list[str], list[str | None]]:
-    """``(agent ids, persona names)`` by slot."""
+def _team(rec: dict, messages: list[dict], fail, flags: list[str]
+          ) -> tuple[list[str], list[str | None]]:
+    """``(agent ids, persona names)`` by slot: ``personas``' agents, then any agent that
+    speaks but is not listed there (flag ``agent_not_in_personas``)."""
     personas = rec.get("personas")
     ids: list[str] = []
     names: list[str | None] = []
@@ -169,8 +172,10 @@ def _team(rec: dict, messages: list[dict], fail) -> tuple[list[str], list[str | 
             names.append(p.get("persona") if isinstance(p.get("persona"), str) else None)
         for m in messages:
             if m["agent_id"] not in ids:
-                raise fail(f"{m['where']}: field 'agent_id' {m['agent_id']!r} is not an agent "
-                           "of personas")
+                ids.append(m["agent_id"])
+                names.append(m["persona"])
+                if "agent_not_in_personas" not in flags:
+                    flags.append("agent_not_in_personas")
         return ids, names
     for m in messages:
         if m["agent_id"] not in ids:
@@ -197,7 +202,8 @@ def _parse_record(path: Path, name: str, index: int, rec: object) -> ParsedRecor
         else ""
     fail = partial(record_error, path, index, key)
     messages = _messages(rec.get("globalMemory"), fail)
-    agents, personas = _team(rec, messages, fail)
+    flags: list[str] = []
+    agents, personas = _team(rec, messages, fail, flags)
     slot = {a: k for k, a in enumerate(agents)}
     turns = sorted({m["turn"] for m in messages})
     if turns != list(range(turns[0], turns[0] + len(turns))):
@@ -211,7 +217,6 @@ def _parse_record(path: Path, name: str, index: int, rec: object) -> ParsedRecor
         by_id[m["message_id"]] = m
     n, n_rounds = len(agents), len(turns)
     node: list[list[dict | None]] = [[None] * n for _ in range(n_rounds)]
-    flags: list[str] = []
     for m in sorted(messages, key=lambda m: m["message_id"]):
         t, k = m["turn"] - first, slot[m["agent_id"]]
         if node[t][k] is not None and "several_messages_per_turn" not in flags:
@@ -278,9 +283,9 @@ def parse_mallm_file(path: Path, name: str | None = None) -> list[ParsedRecord]:
     ``name``: the file's part of the trajectory ids (default: its stem).
 
     A bad record (a message without an integer ``message_id`` or ``turn``, ``memory_ids``
-    naming a message the record lacks, turns that skip, an agent missing from
-    ``personas``) raises a ValueError naming the file, the record and its ``exampleId``,
-    the message (its index in ``globalMemory`` and its turn) and the field."""
+    naming a message the record lacks, turns that skip, a repeated ``message_id``) raises a
+    ValueError naming the file, the record and its ``exampleId``, the message (its index in
+    ``globalMemory`` and its turn) and the field."""
     data = load_json_list(path, "MALLM examples")
     name = path.stem if name is None else name
     return parse_each(path, enumerate(data), lambda i, rec: _parse_record(path, name, i, rec))
