@@ -14,7 +14,7 @@ from fastuq.cli import options as cs
 
 #: The formats ``fastuq import`` takes (``fastuq.importers.FORMATS``, named here so that
 #: ``fastuq --help`` imports no importer).
-FORMATS = ("dylan", "du", "ford", "agora", "chateval", "mad", "generic")
+FORMATS = ("dylan", "du", "ford", "agora", "chateval", "mad", "generic", "mallm", "otel")
 _INPUT_SUFFIXES = (".json", ".jsonl", ".parquet")
 
 
@@ -30,7 +30,9 @@ def add_parser(sub) -> None:
             "written atomically), then print a summary. FORMAT: dylan (DyLAN's MATH logs), du "
             "(Du et al.'s {question: [agent_contexts, gold]} logs), ford (FORD's JSONL debate "
             "records), agora (LLM-Agora's *_result*.json), chateval (ChatEval's "
-            "pair_comparison_results.json), mad (MAD's per-debate JSON files), generic (any "
+            "pair_comparison_results.json), mad (MAD's per-debate JSON files), mallm (MALLM's "
+            "output JSON), otel (OpenTelemetry GenAI / OpenInference spans as OTLP JSON, "
+            "agreement-only), generic (any "
             "JSONL or Parquet layout, mapped by --config map.toml). Without FORMAT each file's "
             "format is told from the file and printed (generic, when --config is given); "
             "files of several formats import together, each with its own importer."

@@ -15,6 +15,12 @@
   (``fastuq.importers.chateval``).
 * :func:`import_mad`: MAD debate files (Skytliang/Multi-Agents-Debate), answers as letters
   or short labels; protocol ``"debate"``, source ``"mad"`` (``fastuq.importers.mad``).
+* :func:`import_mallm`: MALLM's output files (Multi-Agent-LLMs/mallm), rounds from turns,
+  answers from solutions, the UMAS graph from ``memory_ids``; protocol ``"debate"``, source
+  ``"mallm"`` (``fastuq.importers.mallm``).
+* :func:`import_otel`: OpenTelemetry GenAI (and OpenInference) spans exported as OTLP JSON,
+  agent spans as agents; agreement-only; protocol ``"debate"``, source ``"otel"``
+  (``fastuq.importers.otel``).
 * :func:`import_generic`: any JSONL or Parquet layout with rounds and agents, through a
   TOML mapping (``fastuq.importers.generic`` documents every key).
 
@@ -72,22 +78,25 @@ from fastuq.importers.dylan import TEAM_SIZE, parse_dylan_file
 from fastuq.importers.ford import parse_ford_file
 from fastuq.importers.generic import GenericMapping, load_mapping, parse_generic_file
 from fastuq.importers.mad import is_mad_config, parse_mad_file
+from fastuq.importers.mallm import MALLM_EXTRA, parse_mallm_file
+from fastuq.importers.otel import OTEL_EXTRA, parse_otel_file
 
 __all__ = ["DETECTABLE", "FORMATS", "OPTIONS", "TEAM_SIZE", "detect_each", "detect_format",
            "import_agora",
            "import_chateval", "import_du", "import_dylan", "import_ford", "import_generic",
-           "import_logs", "import_mad", "load_mapping", "log_files", "parse_gold",
-           "question_id"]
+           "import_logs", "import_mad", "import_mallm", "import_otel", "load_mapping",
+           "log_files", "parse_gold", "question_id"]
 
 PathsLike = str | os.PathLike | Iterable[str | os.PathLike]
 
 _DYLAN_EXTRA = (pa.field("subject", pa.string()), pa.field("level", pa.int32()))
 _EXTRA = {"dylan": _DYLAN_EXTRA, "du": (), "ford": (AGENTS_FIELD,), "agora": (AGENTS_FIELD,),
-          "chateval": (AGENTS_FIELD,), "mad": (AGENTS_FIELD,), "generic": (AGENTS_FIELD,)}
+          "chateval": (AGENTS_FIELD,), "mad": (AGENTS_FIELD,), "generic": (AGENTS_FIELD,),
+          "mallm": MALLM_EXTRA, "otel": OTEL_EXTRA}
 
 
 #: Formats whose parsers take the file's name for the trajectory ids.
-_NAMED = ("ford", "agora", "chateval", "mad", "generic")
+_NAMED = ("ford", "agora", "chateval", "mad", "generic", "mallm", "otel")
 
 
 def _parser(fmt: str, options: Mapping) -> Callable[..., list[ParsedRecord]]:
@@ -98,7 +107,7 @@ def _parser(fmt: str, options: Mapping) -> Callable[..., list[ParsedRecord]]:
     if fmt == "generic":
         return partial(parse_generic_file, mapping=options["mapping"])
     return {"du": parse_du_file, "ford": parse_ford_file, "agora": parse_agora_file,
-            "mad": parse_mad_file}[fmt]
+            "mad": parse_mad_file, "mallm": parse_mallm_file, "otel": parse_otel_file}[fmt]
 
 
 def _file_records(fmt: str, path: Path, options: Mapping, name: str, skip: bool = False
@@ -255,6 +264,8 @@ def _files(fmt: str, paths: PathsLike, options: Mapping) -> list[Path]:
         return expand_paths(paths, keep=lambda p: not is_mad_config(p))
     if fmt == "generic":
         return expand_paths(paths, options["mapping"].suffixes)
+    if fmt == "otel":
+        return expand_paths(paths, (".json", ".jsonl"))
     return expand_paths(paths)
 
 
@@ -262,9 +273,9 @@ def log_files(fmt: str, paths: PathsLike, *,
               config: str | os.PathLike | Mapping | GenericMapping | None = None) -> list[Path]:
     """The files the importer of ``fmt`` reads for ``paths``: named files as they are, and
     of each folder (recursively, sorted, hidden files never) ``*.json`` (dylan, du,
-    chateval), ``*.jsonl`` (ford), ``*_result*.json`` (agora), ``*.json`` but MAD's
-    ``*-config.json`` (mad), or the mapping's ``*.jsonl`` / ``*.parquet`` (generic, which
-    needs ``config``)."""
+    chateval, mallm), ``*.jsonl`` (ford), ``*.json`` and ``*.jsonl`` (otel),
+    ``*_result*.json`` (agora), ``*.json`` but MAD's ``*-config.json`` (mad), or the
+    mapping's ``*.jsonl`` / ``*.parquet`` (generic, which needs ``config``)."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown log format {fmt!r}; expected one of {sorted(FORMATS)}")
     options = {}
@@ -441,6 +452,26 @@ def import_mad(paths: PathsLike, *, math: bool = False,
     return _import("mad", paths, math, processes)
 
 
+def import_mallm(paths: PathsLike, *, math: bool = False,
+                 processes: int | None = None) -> pa.Table:
+    """Canonical table of MALLM output files (``fastuq.importers.mallm``): one JSON list of
+    examples per file (a folder stands for its ``*.json`` files), with the extra columns
+    ``agents``, ``predecessors`` (the UMAS graph from ``memory_ids``), ``agreed`` and
+    ``paradigm``; the other arguments as :func:`import_dylan`."""
+    return _import("mallm", paths, math, processes)
+
+
+def import_otel(paths: PathsLike, *, math: bool = False,
+                processes: int | None = None) -> pa.Table:
+    """Canonical table of OpenTelemetry traces exported as OTLP JSON
+    (``fastuq.importers.otel``: GenAI semantic conventions v1.37.0 and OpenInference): a
+    folder stands for its ``*.json`` and ``*.jsonl`` files; one trajectory per
+    ``gen_ai.conversation.id`` (or root span), one node per agent span, with the extra
+    columns ``agents`` and ``predecessors`` (span parents and links). Agreement-only: traces
+    carry no log-probabilities. The other arguments as :func:`import_dylan`."""
+    return _import("otel", paths, math, processes)
+
+
 def import_generic(paths: PathsLike, *, config: str | os.PathLike | Mapping | GenericMapping,
                    math: bool = False, processes: int | None = None) -> pa.Table:
     """Canonical table of JSONL or Parquet files under a generic mapping
@@ -491,11 +522,12 @@ def _format_options(fmt: str, options: dict) -> dict:
 #: Importers by format name, as ``fastuq import FORMAT`` takes them.
 FORMATS = {"dylan": import_dylan, "du": import_du, "ford": import_ford,
            "agora": import_agora, "chateval": import_chateval, "mad": import_mad,
-           "generic": import_generic}
+           "generic": import_generic, "mallm": import_mallm, "otel": import_otel}
 
 #: The options each format takes beyond ``math`` and ``processes``.
 OPTIONS = {"dylan": ("recover",), "du": (), "ford": (), "agora": (),
-           "chateval": ("references",), "mad": (), "generic": ("config",)}
+           "chateval": ("references",), "mad": (), "generic": ("config",), "mallm": (),
+           "otel": ()}
 
 
 def import_logs(fmt: str, paths: PathsLike, *, math: bool = False,

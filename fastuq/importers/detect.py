@@ -3,9 +3,12 @@
 Rules (the file's name, then its top-level structure; one JSONL line, or the first record
 or entry of a JSON file, is looked at):
 
-* ``*.jsonl`` whose first object has ``Q``, ``R`` and ``P``: ``ford``;
+* ``*.jsonl`` whose first object has ``Q``, ``R`` and ``P``: ``ford``; one whose first
+  object has ``resourceSpans`` (an OTLP trace export): ``otel``;
+* a JSON object with ``resourceSpans``: ``otel``;
 * a JSON list whose first item has ``agent_response``: ``agora``; one whose first item has
   ``evaluation`` and ``response``: ``chateval``;
+* a JSON list whose first item has ``globalMemory``: ``mallm``;
 * a JSON object with ``players``: ``mad``;
 * a JSON object whose first value is a list led by a list of histories: ``dylan`` when the
   value has 4 entries (``[agent_contexts, gold, level, subject]``), ``du`` when it has 2
@@ -25,11 +28,13 @@ from pathlib import Path
 
 from fastuq.importers.common import expand_paths, load_json
 from fastuq.importers.mad import is_mad_config
+from fastuq.importers.mallm import is_mallm_record
+from fastuq.importers.otel import is_otlp_traces
 
 __all__ = ["DETECTABLE", "detect_each", "detect_format", "sniff_file"]
 
 #: The formats :func:`detect_format` can recognise.
-DETECTABLE = ("dylan", "du", "ford", "agora", "chateval", "mad")
+DETECTABLE = ("dylan", "du", "ford", "agora", "chateval", "mad", "mallm", "otel")
 
 
 def _first_jsonl_object(path: Path) -> object:
@@ -57,6 +62,8 @@ def sniff_file(path: Path) -> list[str]:
     name = path.name.lower()
     if name.endswith(".jsonl"):
         first = _first_jsonl_object(path)
+        if is_otlp_traces(first):
+            return ["otel"]
         return ["ford"] if isinstance(first, dict) and {"Q", "R", "P"} <= set(first) else []
     if not name.endswith(".json"):
         return []
@@ -67,7 +74,11 @@ def sniff_file(path: Path) -> list[str]:
             found.append("agora")
         if "evaluation" in data[0] and "response" in data[0]:
             found.append("chateval")
+        if is_mallm_record(data[0]):
+            found.append("mallm")
     elif isinstance(data, dict) and data:
+        if is_otlp_traces(data):
+            found.append("otel")
         if "players" in data:
             found.append("mad")
         value = next(iter(data.values()))
