@@ -15,6 +15,10 @@
   (``fastuq.importers.chateval``).
 * :func:`import_mad`: MAD debate files (Skytliang/Multi-Agents-Debate), answers as letters
   or short labels; protocol ``"debate"``, source ``"mad"`` (``fastuq.importers.mad``).
+* :func:`import_openai`: JSONL of OpenAI-shape responses (chat completions, legacy
+  completions, Gemini ``generateContent``) with their log-probabilities, one response per
+  line placed by mapped fields; protocol ``"debate"`` unless a line says, source
+  ``"openai"`` (``fastuq.importers.openai``).
 * :func:`import_generic`: any JSONL or Parquet layout with rounds and agents, through a
   TOML mapping (``fastuq.importers.generic`` documents every key).
 
@@ -72,22 +76,31 @@ from fastuq.importers.dylan import TEAM_SIZE, parse_dylan_file
 from fastuq.importers.ford import parse_ford_file
 from fastuq.importers.generic import GenericMapping, load_mapping, parse_generic_file
 from fastuq.importers.mad import is_mad_config, parse_mad_file
+from fastuq.importers.openai import load_fields, parse_openai_file
+from fastuq.io.schema import CANONICAL
 
 __all__ = ["DETECTABLE", "FORMATS", "OPTIONS", "TEAM_SIZE", "detect_each", "detect_format",
            "import_agora",
            "import_chateval", "import_du", "import_dylan", "import_ford", "import_generic",
-           "import_logs", "import_mad", "load_mapping", "log_files", "parse_gold",
+           "import_logs", "import_mad", "import_openai", "load_mapping", "log_files", "parse_gold",
            "question_id"]
 
 PathsLike = str | os.PathLike | Iterable[str | os.PathLike]
 
 _DYLAN_EXTRA = (pa.field("subject", pa.string()), pa.field("level", pa.int32()))
 _EXTRA = {"dylan": _DYLAN_EXTRA, "du": (), "ford": (AGENTS_FIELD,), "agora": (AGENTS_FIELD,),
-          "chateval": (AGENTS_FIELD,), "mad": (AGENTS_FIELD,), "generic": (AGENTS_FIELD,)}
+          "chateval": (AGENTS_FIELD,), "mad": (AGENTS_FIELD,), "generic": (AGENTS_FIELD,),
+          "openai": (AGENTS_FIELD, *(CANONICAL.field(n) for n in (
+              "seq_logprob", "n_tokens", "token_entropy", "answer_logprob", "predecessors",
+              "token_logprobs", "topk_logprobs")),
+                     pa.field("node_entropy", pa.list_(pa.list_(pa.float64()))))}
+#: Columns of a format that only some imports fill (``openai``'s with ``topk``, or
+#: ``predecessors``): dropped from the table when null in every row.
+_OPTIONAL = ("predecessors", "token_logprobs", "topk_logprobs")
 
 
 #: Formats whose parsers take the file's name for the trajectory ids.
-_NAMED = ("ford", "agora", "chateval", "mad", "generic")
+_NAMED = ("ford", "agora", "chateval", "mad", "generic", "openai")
 
 
 def _parser(fmt: str, options: Mapping) -> Callable[..., list[ParsedRecord]]:
@@ -97,6 +110,9 @@ def _parser(fmt: str, options: Mapping) -> Callable[..., list[ParsedRecord]]:
         return partial(parse_chateval_file, references=options.get("references"))
     if fmt == "generic":
         return partial(parse_generic_file, mapping=options["mapping"])
+    if fmt == "openai":
+        return partial(parse_openai_file, fields=options.get("fields"),
+                       topk=options.get("topk", False))
     return {"du": parse_du_file, "ford": parse_ford_file, "agora": parse_agora_file,
             "mad": parse_mad_file}[fmt]
 
@@ -255,6 +271,8 @@ def _files(fmt: str, paths: PathsLike, options: Mapping) -> list[Path]:
         return expand_paths(paths, keep=lambda p: not is_mad_config(p))
     if fmt == "generic":
         return expand_paths(paths, options["mapping"].suffixes)
+    if fmt == "openai":
+        return expand_paths(paths, (".jsonl",))
     return expand_paths(paths)
 
 
@@ -263,8 +281,8 @@ def log_files(fmt: str, paths: PathsLike, *,
     """The files the importer of ``fmt`` reads for ``paths``: named files as they are, and
     of each folder (recursively, sorted, hidden files never) ``*.json`` (dylan, du,
     chateval), ``*.jsonl`` (ford), ``*_result*.json`` (agora), ``*.json`` but MAD's
-    ``*-config.json`` (mad), or the mapping's ``*.jsonl`` / ``*.parquet`` (generic, which
-    needs ``config``)."""
+    ``*-config.json`` (mad), ``*.jsonl`` (openai), or the mapping's ``*.jsonl`` /
+    ``*.parquet`` (generic, which needs ``config``)."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown log format {fmt!r}; expected one of {sorted(FORMATS)}")
     options = {}
@@ -345,6 +363,9 @@ def _import_groups(groups: Mapping[str, list[Path]], names: list[str], math: boo
             keep = [i for i in range(table.num_rows) if i not in dup]
             left_out += [SkippedRecord("(import)", None, why) for why in dup.values()]
             table = table.take(pa.array(keep, pa.int64()))
+    for name in _OPTIONAL:
+        if name in table.column_names and table.column(name).null_count == table.num_rows:
+            table = table.drop_columns([name])
     if skipped is not None:
         skipped.extend(left_out)
     return table
@@ -457,6 +478,23 @@ def import_generic(paths: PathsLike, *, config: str | os.PathLike | Mapping | Ge
     return _import("generic", paths, math, processes, mapping=mapping)
 
 
+def import_openai(paths: PathsLike, *, fields: str | os.PathLike | Mapping[str, str] |
+                  None = None, topk: bool = False, math: bool = False,
+                  processes: int | None = None) -> pa.Table:
+    """Canonical table of JSONL logs of OpenAI-shape responses with log-probabilities
+    (``fastuq.importers.openai`` documents the shapes, the fields and the columns).
+
+    Args:
+      paths: JSONL files, or folders (their ``*.jsonl`` files).
+      fields: the fields that place a response in a debate: a ``dict`` of mapping keys to
+        key paths, or a TOML file with an ``[openai]`` table (defaults:
+        :data:`fastuq.importers.openai.DEFAULT_FIELDS`).
+      topk: also keep ``token_logprobs`` and ``topk_logprobs``.
+      math, processes: as :func:`import_dylan`.
+    """
+    return _import("openai", paths, math, processes, fields=load_fields(fields), topk=topk)
+
+
 def _import_mixed(groups: Mapping[str, list[Path]], math: bool, processes: int | None,
                   progress: Callable[[int, int], None] | None, *, on_error: str,
                   skipped: list[SkippedRecord] | None, **options) -> pa.Table:
@@ -485,17 +523,21 @@ def _format_options(fmt: str, options: dict) -> dict:
         if refs is not None and not isinstance(refs, Mapping):
             refs = read_references(refs)
         return {"references": None if refs is None else dict(refs)}
+    if fmt == "openai":
+        return {"fields": load_fields(options.get("fields")),
+                "topk": bool(options.get("topk", False))}
     return options
 
 
 #: Importers by format name, as ``fastuq import FORMAT`` takes them.
 FORMATS = {"dylan": import_dylan, "du": import_du, "ford": import_ford,
            "agora": import_agora, "chateval": import_chateval, "mad": import_mad,
-           "generic": import_generic}
+           "generic": import_generic, "openai": import_openai}
 
 #: The options each format takes beyond ``math`` and ``processes``.
 OPTIONS = {"dylan": ("recover",), "du": (), "ford": (), "agora": (),
-           "chateval": ("references",), "mad": (), "generic": ("config",)}
+           "chateval": ("references",), "mad": (), "generic": ("config",),
+           "openai": ("fields", "topk")}
 
 
 def import_logs(fmt: str, paths: PathsLike, *, math: bool = False,
