@@ -234,3 +234,46 @@ def test_scores_on_an_openai_import():
     assert row["mean_token_entropy"] == pytest.approx(mean(h), abs=1e-9)
     assert row["bccs"] == pytest.approx(0.0, abs=1e-9)  # all three say 42 in the last round
     assert np.isfinite(row["umas"]) and np.isfinite(row["sauce"])
+
+
+def _snake(x):
+    """The Gemini REST JSON's camelCase keys as the Python SDK's model_dump writes them."""
+    rename = {"logprobsResult": "logprobs_result", "topCandidates": "top_candidates",
+              "chosenCandidates": "chosen_candidates", "logProbability": "log_probability"}
+    if isinstance(x, dict):
+        return {rename.get(k, k): _snake(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_snake(v) for v in x]
+    return x
+
+
+def test_gemini_sdk_spelling_reads_the_same(tmp_path):
+    lines = [_snake(x) for x in _lines(GEMINI)]
+    assert "logprobs_result" in lines[0]["candidates"][0]
+    t = import_openai(_write(tmp_path, lines))
+    close(col(t, "seq_logprob"), [[-1.0, -1.4], [-0.7, -0.8]])
+    close(col(t, "answer_logprob"), [[-0.6, -1.0], [-0.3, -0.4]])
+    assert detect_format(tmp_path / "x.jsonl")[0] == "openai"
+
+
+def test_a_node_twice_or_several_choices_raise(tmp_path):
+    lines = _lines(CHAT)
+    with pytest.raises(ValueError, match=r"round 0, agent 'a': a second response \(the first "
+                                         r"is on line 1\)"):
+        import_openai(_write(tmp_path, [*lines, lines[0]]))
+    lines[0]["choices"].append(lines[0]["choices"][0])
+    with pytest.raises(ValueError, match=r"round 0, agent 'a': choices must hold exactly one "
+                                         r"object .* got 2"):
+        import_openai(_write(tmp_path, lines))
+
+
+def test_cli_map_file_and_topk(tmp_path):
+    toml = tmp_path / "map.toml"
+    toml.write_text("[openai]\n" + "".join(f'{k} = "{v}"\n' for k, v in LEGACY_MAP.items()))
+    out = tmp_path / "c.parquet"
+    assert main(["import", "openai", str(LEGACY), "-o", str(out), "--map", str(toml),
+                 "--topk"]) == 0
+    t = pq.read_table(out)
+    assert col(t, "topk_logprobs")[0][0][4] == pytest.approx([-0.7, -0.7])
+    assert col(t, "token_logprobs")[1][1] == pytest.approx([-0.2, -0.1, -0.1, -0.3, -0.3,
+                                                            -0.05])

@@ -136,8 +136,8 @@ def _floats(values: list, what: str, fail) -> np.ndarray:
     try:
         arr = np.array(values, np.float64)  # None -> NaN, caught below
     except (TypeError, ValueError):
-        bad = next(i for i, v in enumerate(values)
-                   if isinstance(v, bool) or not isinstance(v, int | float | type(None)))
+        bad = next((i for i, v in enumerate(values)
+                    if isinstance(v, bool) or not isinstance(v, int | float | type(None))), 0)
         raise fail(f"{what}[{bad}] is not a number: {values[bad]!r}") from None
     if arr.ndim != 1:
         raise fail(f"{what} must be a list of numbers")
