@@ -462,6 +462,94 @@ fastuq gate apply gate.json NEW.parquet -o verdicts.parquet
 ```"""),
 ]
 
+OPENAI = [
+    ("markdown", """# A debate logged in the OpenAI shape, with log-probabilities
+
+Many runs log each model call as the API returned it: one JSON line per response in the
+chat-completions shape (`choices[0].message.content`, and with `logprobs=true,
+top_logprobs=k` the list `choices[0].logprobs.content[]` of `token`, `logprob`, `bytes`,
+`top_logprobs`), next to the fields that place it in the debate: here `trajectory_id`,
+`round`, `agent` and `gold` (other names: `fastuq import openai --map KEY=FIELD`).
+`fastuq import openai` turns such a log into the canonical corpus with the log-probability
+columns: `seq_logprob`, `n_tokens`, `node_entropy` and the per-round `token_entropy` (over the
+returned top-k, renormalised: biased low against the full-vocabulary entropy),
+`answer_logprob` (the tokens of the parsed answer). Then every estimator runs on it: `score
+--method all` (UMAS, MSP, perplexity, mean token entropy, BCCS, SAUCE, ...) and `eval`.
+
+The log here is **simulated** (seeded): 60 debates of 3 agents over 2 rounds, written in the
+chat-completions shape by the first cell, each agent right with a per-question probability
+and less sure of its answer token when wrong. The numbers illustrate the path, they measure
+nothing."""),
+    ("code", r"""import json
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+WORK = Path(tempfile.mkdtemp(prefix="fastuq_openai_"))
+LOG = WORK / "responses.jsonl"
+rng = np.random.default_rng(7)
+
+
+def token(text, lp, alt):
+    # one entry of choices[0].logprobs.content: the chosen token and its top-2
+    return {"token": text, "logprob": lp, "bytes": list(text.encode()),
+            "top_logprobs": [{"token": text, "logprob": lp, "bytes": list(text.encode())},
+                             {"token": "?", "logprob": alt, "bytes": [63]}]}
+
+
+def response(answer, sure):
+    lp = float(np.log(sure))
+    alt = float(np.log1p(-sure)) if sure < 1 else -9999.0
+    toks = [token("So", -0.3, -1.4), token(" \\boxed{", -0.05, -3.0),
+            token(answer, lp, alt), token("}", -0.01, -5.0)]
+    return {"object": "chat.completion", "model": "simulated",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": f"So \\boxed{{{answer}}}"},
+                         "logprobs": {"content": toks}}]}
+
+
+with open(LOG, "w") as fh:
+    for i in range(60):
+        gold, skill = int(rng.integers(10, 99)), rng.uniform(0.2, 0.95)
+        said = [gold if rng.random() < skill else gold + int(rng.integers(1, 3))
+                for _ in range(3)]
+        for rnd in range(2):
+            if rnd == 1:  # each agent moves to the round-0 majority with probability .6
+                major = max(set(said), key=said.count)
+                said = [major if rng.random() < 0.6 else a for a in said]
+            for agent, ans in zip("abc", said):
+                sure = rng.uniform(0.6, 0.99) if ans == gold else rng.uniform(0.15, 0.7)
+                line = {"trajectory_id": f"q{i}", "round": rnd, "agent": agent,
+                        "gold": str(gold), **response(str(ans), sure)}
+                fh.write(json.dumps(line) + "\n")
+print(f"wrote {LOG.name}: {sum(1 for _ in open(LOG))} responses")"""),
+    ("code", r"""from fastuq.cli import main
+
+CORPUS, SCORES = str(WORK / "debate.parquet"), str(WORK / "debate_scores.parquet")
+assert main(["import", "openai", str(LOG), "-o", CORPUS]) == 0
+assert main(["score", CORPUS, "--method", "all", "-o", SCORES]) == 0
+assert main(["eval", CORPUS, "--scores", SCORES]) == 0"""),
+    ("code", r"""import matplotlib.pyplot as plt
+import polars as pl
+
+corpus = pl.read_parquet(CORPUS)
+scores = pl.read_parquet(SCORES).join(corpus.select("trajectory_id", "correct"),
+                                      on="trajectory_id")
+print(corpus.select("trajectory_id", "agreement", "seq_logprob", "answer_logprob",
+                    "token_entropy").head(3))
+fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+for ax, name in zip(axes, ("umas", "msp_final")):
+    for ok, color, label in ((True, "tab:green", "right"), (False, "tab:red", "wrong")):
+        ax.hist(scores.filter(pl.col("correct") == ok)[name].to_numpy(), bins=12,
+                color=color, alpha=0.6, label=f"{label} final answer")
+    ax.set_xlabel(f"{name} (uncertainty)")
+    ax.set_ylabel("debates")
+    ax.legend(fontsize=8)
+fig.suptitle("UMAS and MSP on a simulated OpenAI-shape debate log", fontsize=11)
+plt.show()""", {"fastuq_figure": "openai_scores"}),
+]
+
 #: Notebook file -> its cells: ``(kind, source)`` or ``(kind, source, metadata)``. A code cell
 #: whose metadata names a ``fastuq_figure`` must draw exactly one figure (the tests check).
 NOTEBOOKS: dict[str, list[tuple]] = {
@@ -469,6 +557,7 @@ NOTEBOOKS: dict[str, list[tuple]] = {
     "02_sweep_fit.ipynb": SWEEP,
     "03_replay.ipynb": REPLAY,
     "04_self_consistency.ipynb": SELF_CONSISTENCY,
+    "05_openai_logprobs.ipynb": OPENAI,
 }
 
 

@@ -285,8 +285,8 @@ PUBLIC = {
     "fastuq.importers": {
         "DETECTABLE", "FORMATS", "OPTIONS", "TEAM_SIZE", "detect_each", "detect_format",
         "import_agora", "import_chateval", "import_du", "import_dylan", "import_ford",
-        "import_generic", "import_logs", "import_mad", "import_mallm", "import_otel",
-        "load_mapping", "log_files",
+        "import_generic", "import_logs", "import_mad", "import_mallm", "import_openai",
+        "import_otel", "load_mapping", "log_files",
         "parse_gold", "question_id"},
     "fastuq.metrics": {
         "METRICS", "PlattConvergenceWarning", "UndefinedMetricWarning", "auarc", "auroc",

@@ -36,7 +36,8 @@ NAMES = list(build.NOTEBOOKS)
 def test_every_notebook_is_listed():
     on_disk = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
     assert on_disk == sorted(NAMES) == ["01_rescoring.ipynb", "02_sweep_fit.ipynb",
-                                        "03_replay.ipynb", "04_self_consistency.ipynb"]
+                                        "03_replay.ipynb", "04_self_consistency.ipynb",
+                                        "05_openai_logprobs.ipynb"]
 
 
 @pytest.mark.parametrize("name", NAMES)

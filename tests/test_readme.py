@@ -471,6 +471,15 @@ INLINE: dict[str, list[list[str]] | str] = {
     "fastuq import LOGS... -o corpus.parquet": [["import", "{ford}", "-o", "corpus.parquet"]],
     "fastuq import generic --config map.toml LOGS... -o corpus.parquet":
         [["import", "generic", "--config", "map.toml", "log.jsonl", "-o", "corpus.parquet"]],
+    "fastuq import openai responses.jsonl -o debate.parquet":
+        [["import", "openai", "{openai}", "-o", "debate.parquet"]],
+    "fastuq score debate.parquet --method all -o debate_scores.parquet":
+        [["import", "openai", "{openai}", "-o", "debate.parquet"],
+         ["score", "debate.parquet", "--method", "all", "-o", "debate_scores.parquet"]],
+    "fastuq eval debate.parquet --scores debate_scores.parquet":
+        [["import", "openai", "{openai}", "-o", "debate.parquet"],
+         ["score", "debate.parquet", "--method", "all", "-o", "debate_scores.parquet"],
+         ["eval", "debate.parquet", "--scores", "debate_scores.parquet"]],
 }
 
 #: Code spans of the prose that name a command or an option, or show output: not run.
@@ -488,7 +497,8 @@ MENTIONS: frozenset[str] = frozenset({
 def _concrete(words: list[str]) -> list[str]:
     out = []
     for w in words:
-        w = w.format(ford=DATA / "ford" / "final" / "copa.jsonl", dylan_logs=DYLAN_LOGS)
+        w = w.format(ford=DATA / "ford" / "final" / "copa.jsonl", dylan_logs=DYLAN_LOGS,
+                     openai=DATA / "openai" / "chat_debate.jsonl")
         out.extend(sorted(glob.glob(w)) or [w] if "*" in w else [w])
     return out
 

@@ -14,7 +14,8 @@ from fastuq.cli import options as cs
 
 #: The formats ``fastuq import`` takes (``fastuq.importers.FORMATS``, named here so that
 #: ``fastuq --help`` imports no importer).
-FORMATS = ("dylan", "du", "ford", "agora", "chateval", "mad", "generic", "mallm", "otel")
+FORMATS = ("dylan", "du", "ford", "agora", "chateval", "mad", "generic", "mallm", "otel",
+           "openai")
 _INPUT_SUFFIXES = (".json", ".jsonl", ".parquet")
 
 
@@ -22,8 +23,9 @@ def add_parser(sub) -> None:
     """Register ``import`` on the subparsers ``sub``."""
     p = cs.subcommand(
         sub, "import",
-        help="import raw debate logs (DyLAN, Du et al., FORD, LLM-Agora, ChatEval, MAD, or any "
-             "layout through a mapping) into a canonical corpus file",
+        help="import raw debate logs (DyLAN, Du et al., FORD, LLM-Agora, ChatEval, MAD, "
+             "OpenAI-shape responses with log-probabilities, or any layout through a "
+             "mapping) into a canonical corpus file",
         description=(
             "Read raw multi-agent debate logs of FORMAT from SRC files or folders, parse every "
             "response's answer, and write one canonical record per trajectory to OUT (Parquet, "
@@ -32,8 +34,10 @@ def add_parser(sub) -> None:
             "records), agora (LLM-Agora's *_result*.json), chateval (ChatEval's "
             "pair_comparison_results.json), mad (MAD's per-debate JSON files), mallm (MALLM's "
             "output JSON), otel (OpenTelemetry GenAI / OpenInference spans as OTLP JSON, "
-            "agreement-only), generic (any "
-            "JSONL or Parquet layout, mapped by --config map.toml). Without FORMAT each file's "
+            "agreement-only), openai (JSONL of chat-completions, legacy completions or Gemini "
+            "responses with their log-probabilities, one per line, placed by --map fields), "
+            "generic (any JSONL or Parquet layout, mapped by --config map.toml). Without FORMAT "
+            "each file's "
             "format is told from the file and printed (generic, when --config is given); "
             "files of several formats import together, each with its own importer."
         ),
@@ -61,6 +65,13 @@ def add_parser(sub) -> None:
     p.add_argument("--config", metavar="MAP.toml",
                    help="generic: the TOML mapping of the layout to the canonical columns "
                         "(keys: fastuq.importers.generic)")
+    p.add_argument("--map", action="append", metavar="KEY=FIELD",
+                   help="openai: the field (a dot-separated key path) a mapping key reads "
+                        "(trajectory_id, round, agent, gold, protocol, question, "
+                        "question_id, predecessors, response; repeatable), or a TOML file "
+                        "with an [openai] table of them")
+    p.add_argument("--topk", action="store_true", default=None,
+                   help="openai: also keep token_logprobs and topk_logprobs (large)")
     p.add_argument("--references", metavar="FILE",
                    help="chateval: the run's input file (question and human_results per "
                         "record), for the gold of results that carry none")
@@ -90,7 +101,24 @@ def _intermixed(p: argparse.ArgumentParser) -> None:
 
 #: Options that belong to one format: (attribute, flag, format).
 _FORMAT_OPTIONS = (("recover", "--no-recover", "dylan"), ("config", "--config", "generic"),
-                   ("references", "--references", "chateval"))
+                   ("references", "--references", "chateval"), ("map", "--map", "openai"),
+                   ("topk", "--topk", "openai"))
+
+
+def parse_map(items: list[str]) -> dict[str, str] | str:
+    """``--map`` values as a mapping ``{key: field}`` (``KEY=FIELD`` each), or the path of
+    the one TOML file given instead; ValueError for anything else."""
+    if len(items) == 1 and "=" not in items[0]:
+        return items[0]
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise ValueError(f"--map {item!r}: expected KEY=FIELD (or one TOML file)")
+        if key in out:
+            raise ValueError(f"--map gives {key!r} twice")
+        out[key] = value
+    return out
 
 
 def summarize(table, seconds: float | None = None) -> str:
@@ -206,7 +234,9 @@ def run(args: argparse.Namespace) -> int:
             return cs.fail(prog, f"{flag} is for {owner} logs, not {fmt}")
     if fmt == "generic" and args.config is None:
         return cs.fail(prog, "generic needs --config MAP.toml (the mapping of the layout)")
-    rc = cli_check_outputs(prog, [*src, args.config, args.references],
+    map_file = args.map[0] if args.map and len(args.map) == 1 and "=" not in args.map[0] \
+        else None
+    rc = cli_check_outputs(prog, [*src, args.config, args.references, map_file],
                            [("-o", args.output, "parquet"), ("--skipped", side, "jsonl")],
                            reads=lambda p: p.name.endswith(_INPUT_SUFFIXES)
                            and not p.name.startswith("."))
@@ -244,6 +274,11 @@ def run(args: argparse.Namespace) -> int:
             options["config"] = load_mapping(args.config)
         if "chateval" in found and args.references is not None:
             options["references"] = read_references(args.references)
+        if "openai" in found:
+            from fastuq.importers.openai import load_fields
+
+            options["fields"] = load_fields(None if args.map is None else parse_map(args.map))
+            options["topk"] = bool(args.topk)
     except (ValueError, FileNotFoundError) as exc:
         return cs.fail(prog, exc)
     if fmt != "auto":

@@ -5,6 +5,9 @@ or entry of a JSON file, is looked at):
 
 * ``*.jsonl`` whose first object has ``Q``, ``R`` and ``P``: ``ford``; one whose first
   object has ``resourceSpans`` (an OTLP trace export): ``otel``;
+* ``*.jsonl`` whose first object is a response in the OpenAI shape (``choices`` whose first
+  item has ``logprobs``) or Gemini's (``candidates``), or holds one at ``response``:
+  ``openai`` (fields other than the defaults need ``fastuq import openai --map``);
 * a JSON object with ``resourceSpans``: ``otel``;
 * a JSON list whose first item has ``agent_response``: ``agora``; one whose first item has
   ``evaluation`` and ``response``: ``chateval``;
@@ -34,7 +37,7 @@ from fastuq.importers.otel import is_otlp_traces
 __all__ = ["DETECTABLE", "detect_each", "detect_format", "sniff_file"]
 
 #: The formats :func:`detect_format` can recognise.
-DETECTABLE = ("dylan", "du", "ford", "agora", "chateval", "mad", "mallm", "otel")
+DETECTABLE = ("dylan", "du", "ford", "agora", "chateval", "mad", "mallm", "otel", "openai")
 
 
 def _first_jsonl_object(path: Path) -> object:
@@ -57,6 +60,17 @@ def _is_history(x: object) -> bool:
                                                    for m in x)
 
 
+def _is_response(x: object) -> bool:
+    """An OpenAI-shape response with log-probabilities asked for, or a Gemini one."""
+    if not isinstance(x, dict):
+        return False
+    choices, cands = x.get("choices"), x.get("candidates")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        return "logprobs" in choices[0]
+    return isinstance(cands, list) and bool(cands) and isinstance(cands[0], dict) and \
+        ("logprobsResult" in cands[0] or "logprobs_result" in cands[0])
+
+
 def sniff_file(path: Path) -> list[str]:
     """The formats ``path`` looks like (see the module docstring; empty: none)."""
     name = path.name.lower()
@@ -64,7 +78,12 @@ def sniff_file(path: Path) -> list[str]:
         first = _first_jsonl_object(path)
         if is_otlp_traces(first):
             return ["otel"]
-        return ["ford"] if isinstance(first, dict) and {"Q", "R", "P"} <= set(first) else []
+        if not isinstance(first, dict):
+            return []
+        if {"Q", "R", "P"} <= set(first):
+            return ["ford"]
+        return ["openai"] if _is_response(first) or _is_response(first.get("response")) \
+            else []
     if not name.endswith(".json"):
         return []
     data = load_json(path)
