@@ -33,7 +33,7 @@ import numpy as np
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["extract_answer_column"]
+__all__ = ["extract_answer_column", "string_array"]
 
 #: A text whose last line states "answer is <number>" (group 1: the number).
 FAST_ANSWER = r"(?i:\banswer\s+is\b)\s*:?[ \t]*(-?[0-9]+(?:\.[0-9]+)?)\.?[ \t\r]*$"
@@ -61,7 +61,7 @@ def extract_answer_column(texts: Any) -> pa.LargeStringArray:
 
     from fastuq.answers.extract import extract_answer
 
-    col = _string_array(texts)
+    col = string_array(texts)
     n = len(col)
     if n == 0:
         return pa.array([], pa.large_string())
@@ -121,8 +121,10 @@ def _safe_rows(col: pa.LargeStringArray) -> np.ndarray:
     return safe
 
 
-def _string_array(values: Any) -> pa.LargeStringArray:
-    """``values`` as one Arrow ``large_string`` array; ValueError when not strings."""
+def string_array(values: Any, name: str = "texts") -> pa.LargeStringArray:
+    """``values`` (a Polars Series, an Arrow array or chunked array, a NumPy array or a
+    sequence of ``str``/``None``) as one Arrow ``large_string`` array; ValueError naming
+    ``name`` when they are not strings, are one string, or are not 1-D."""
     import polars as pl
     import pyarrow as pa
 
@@ -136,13 +138,13 @@ def _string_array(values: Any) -> pa.LargeStringArray:
         t = values.type
         if not (pa.types.is_string(t) or pa.types.is_large_string(t)
                 or pa.types.is_string_view(t) or pa.types.is_null(t)):
-            raise ValueError(f"texts must be strings, got Arrow type {t}")
+            raise ValueError(f"{name} must be strings, got Arrow type {t}")
         return values.cast(pa.large_string())
     if isinstance(values, (str, bytes)):
-        raise ValueError("texts must be a sequence of strings, got one string")
+        raise ValueError(f"{name} must be a sequence of strings, got one string")
     if isinstance(values, np.ndarray) and values.ndim != 1:
-        raise ValueError(f"texts must be 1-D, got shape {values.shape}")
+        raise ValueError(f"{name} must be 1-D, got shape {values.shape}")
     try:
         return pa.array(values, pa.large_string())
     except (pa.ArrowException, TypeError, ValueError) as e:
-        raise ValueError(f"texts must be strings (or None): {e}") from None
+        raise ValueError(f"{name} must be strings (or None): {e}") from None

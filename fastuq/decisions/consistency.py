@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from fastuq.answers import check_coded, extract_answer_column
+from fastuq.answers.column import string_array
 
 __all__ = ["consistency_scores", "corpus_consistency"]
 
@@ -119,7 +120,7 @@ def consistency_scores(candidates: Any, samples: Any) -> np.ndarray:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    cand = _strings(candidates, "candidates")
+    cand = string_array(candidates, "candidates")
     texts, item, n_lists = _sample_lists(samples)
     n = len(cand)
     if n_lists != n:
@@ -174,33 +175,6 @@ def _same_answers(c_ans, s_ans, c_row: np.ndarray) -> np.ndarray:
     distinct = enc.dictionary.to_pylist()
     n = len(c_ans)
     return check_coded(distinct, distinct, codes[:n][c_row], codes[n:])
-
-
-def _strings(values: Any, name: str):
-    """``values`` as one Arrow large_string array; ValueError when they are not strings."""
-    import polars as pl
-    import pyarrow as pa
-
-    if isinstance(values, pl.Series):
-        values = values.to_arrow()
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    if isinstance(values, pa.Array):
-        if pa.types.is_dictionary(values.type):
-            values = values.dictionary_decode()
-        t = values.type
-        if not (pa.types.is_string(t) or pa.types.is_large_string(t)
-                or pa.types.is_string_view(t) or pa.types.is_null(t)):
-            raise ValueError(f"{name} must be strings, got Arrow type {t}")
-        return values.cast(pa.large_string())
-    if isinstance(values, (str, bytes)):
-        raise ValueError(f"{name} must be a sequence of strings, got one string")
-    if isinstance(values, np.ndarray) and values.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {values.shape}")
-    try:
-        return pa.array(values, pa.large_string())
-    except (pa.ArrowException, TypeError, ValueError) as e:
-        raise ValueError(f"{name} must be strings (or None): {e}") from None
 
 
 def _sample_lists(samples: Any):

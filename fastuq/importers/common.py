@@ -70,6 +70,7 @@ __all__ = [
     "load_json",
     "load_json_list",
     "load_json_object",
+    "load_toml",
     "parse_each",
     "parse_jsonl_each",
     "question_id",
@@ -379,6 +380,18 @@ def record_error(path: Path, index: int, key: str, what: str, *,
     if len(key) > 60:
         key = "..." + key[-57:] if key_end else key[:57] + "..."
     return ValueError(f"{path}: record {index} ({f'{at}, ' if at else ''}{key!r}): {what}")
+
+
+def load_toml(path: str | os.PathLike) -> dict:
+    """The TOML file at ``path`` as a ``dict``: ValueError ``PATH: malformed TOML: ...`` for
+    a file that does not parse, FileNotFoundError for a missing one."""
+    import tomllib
+
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{os.fspath(path)}: malformed TOML: {exc}") from exc
 
 
 def rounds_from_agents(per_agent: Sequence[Sequence[str | None]]

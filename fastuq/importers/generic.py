@@ -121,7 +121,6 @@ gold in ``gold.jsonl`` (``{"id": 7, "answer": "42"}`` per line)::
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -132,6 +131,7 @@ from fastuq.importers.common import (
     get_path,
     jsonl_lines,
     load_json_list,
+    load_toml,
     parse_each,
     record_error,
     short_label,
@@ -196,11 +196,7 @@ def load_mapping(source: str | os.PathLike | Mapping) -> GenericMapping:
     else:
         folder = Path(source).parent
         where = os.fspath(source)
-        try:
-            with open(source, "rb") as fh:
-                data = tomllib.load(fh)
-        except tomllib.TOMLDecodeError as exc:
-            raise ValueError(f"{where}: malformed TOML: {exc}") from exc
+        data = load_toml(source)
 
     def bad(what: str) -> ValueError:
         return ValueError(f"{where}: {what}")

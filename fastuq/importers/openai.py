@@ -66,7 +66,6 @@ from __future__ import annotations
 
 import math
 import os
-import tomllib
 from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
@@ -79,6 +78,7 @@ from fastuq.importers.common import (
     ParsedRecord,
     get_path,
     jsonl_lines,
+    load_toml,
     parse_each,
     record_error,
     short_label,
@@ -108,11 +108,7 @@ def load_fields(source: str | os.PathLike | Mapping[str, str] | None = None) -> 
     where = "fields"
     if not isinstance(source, Mapping):
         where = os.fspath(source)
-        try:
-            with open(source, "rb") as fh:
-                data = tomllib.load(fh)
-        except tomllib.TOMLDecodeError as exc:
-            raise ValueError(f"{where}: malformed TOML: {exc}") from exc
+        data = load_toml(source)
         extra = sorted(set(data) - {"openai"})
         if extra:
             raise ValueError(f"{where}: unknown table [{extra[0]}] (an openai mapping has one "
