@@ -31,6 +31,12 @@ model saved: the number a leaky evaluation would show.
 
 The model saved is then fitted on every trajectory of the protocol.
 
+How it fits the registry: ``stack`` is not a registry entry (an entry is a kernel over packed
+arrays, with fixed parameters and presets) but a step after scoring, as ``--calibration`` is:
+:func:`fastuq.engine.files.score_file` (``stack=``) runs the stack's input estimators with
+the other methods, then adds the ``stack`` column from their scores. Estimators registered
+later (by another module or a user) become inputs of the stacks fitted after them.
+
 A stack file records the fastuq version, the estimators and their parameters as they were
 scored (the values given, and :func:`fastuq.decisions.calibration.scoring_record` per
 protocol), the observation noise, the folds, seed, ``C`` and bootstrap settings, the
