@@ -251,3 +251,38 @@ def test_score_refuses_a_stack_of_other_parameters(corpus, tmp_path, capsys):
     assert "--steps applies to SAUCE's fit" in capsys.readouterr().err
     assert main(["fit", str(corpus), "--bootstrap", "10"]) == 2
     assert "--bootstrap applies with --stack" in capsys.readouterr().err
+
+
+def test_score_uses_the_stacks_observation_noise(corpus, tmp_path, capsys):
+    # a corpus without token entropy: SAUCE runs on agreement with the noise the stack
+    # was fitted with, taken from the file when the run does not give it
+    table = pq.read_table(corpus)
+    bare = tmp_path / "bare.parquet"
+    pq.write_table(table.drop(["token_entropy"]), bare)
+    out = tmp_path / "stack.json"
+    assert main(["fit", "--stack", str(bare), "--method", "sauce,mean_agreement",
+                 "--observation-noise", "0.2", "--bootstrap", "0", "-o", str(out)]) == 0
+    assert json.loads(out.read_text())["scoring"]["observation_noise"] == 0.2
+    capsys.readouterr()
+    a, b = str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")
+    assert main(["score", str(bare), "--method", "stack", "--params", str(out), "-o", a]) == 0
+    assert main(["score", str(bare), "--method", "stack", "--params", str(out),
+                 "--observation-noise", "0.2", "-o", b]) == 0
+    assert pq.read_table(a).column_names == ["trajectory_id", "stack"]
+    assert pq.read_table(a).equals(pq.read_table(b))
+    assert main(["score", str(bare), "--method", "stack", "--params", str(out),
+                 "--observation-noise", "0.3", "-o", b]) == 2
+    assert "observation noise 0.2; this run has 0.3" in capsys.readouterr().err
+
+
+def test_score_file_stack_argument(corpus, tmp_path):
+    from fastuq.engine.files import score_file
+
+    cols, y = _data(n=50)
+    st = fit_stack({"mean_agreement": cols["a"]}, y, bootstrap=0)
+    with pytest.raises(ValueError, match="'stack' is not among the methods"):
+        score_file(corpus, tmp_path / "x.parquet", methods="sauce", stack=st)
+    with pytest.raises(ValueError, match="fastuq fit --stack"):
+        score_file(corpus, tmp_path / "x.parquet", methods="stack,sauce")
+    with pytest.raises(ValueError, match="'all' cannot be combined"):
+        score_file(corpus, tmp_path / "x.parquet", methods="stack,all", stack=st)
