@@ -316,7 +316,12 @@ PUBLIC = {
         "expected_metrics", "format_table", "join_labels", "load_expectations",
         "parse_expectations", "plot_reliability", "plot_risk_coverage", "read_labels",
         "read_scores", "read_skipped", "reliability_bins", "round_like", "table_records",
-        "write_plots"},
+        "write_plots",
+        # the cross-fitted estimator stack (fastuq fit --stack)
+        "Stack", "fit_stack"},
+    "fastuq.evaluation.stack": {"STACK_COLUMN", "STACK_METRICS", "Stack", "fit_stack",
+                                "is_stack_file"},
+    "fastuq.metrics.logistic": {"LogisticModel", "logistic_fit", "standardise"},
     "fastuq.selection": {"best_of_k", "select_best"},
     "fastuq.errors": {"RecordError", "TooManySkipped"},
     # the capability subpackages (added with them)

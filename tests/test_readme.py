@@ -162,6 +162,7 @@ PLACEHOLDERS: dict[str, str] = {
     "map.toml": "the README's TOML block",
     "log.jsonl": "4 records in the layout the README's TOML block maps",
     "calib.json": "fastuq calibrate corpus.parquet --method sauce,bccs -o calib.json",
+    "stack.json": "fastuq fit --stack corpus.parquet --bootstrap 50 -o stack.json",
 }
 
 #: Names the README's Python snippets leave to the reader, defined before each snippet.
@@ -251,6 +252,7 @@ def base_folder(tmp_path_factory) -> Path:
         Path("eval.json").unlink()
         _run(["fit", "corpus.parquet", "--steps", "30", "-o", "params.json"])
         _run(["calibrate", "corpus.parquet", "--method", "sauce,bccs", "-o", "calib.json"])
+        _run(["fit", "--stack", "corpus.parquet", "--bootstrap", "50", "-o", "stack.json"])
         _run(["gate", "calibrate", "corpus.parquet", "--score", "sauce", "--by", "protocol",
               "-o", "gate.json"])
         sc = self_consistency_corpus(300, seed=0)
@@ -439,6 +441,8 @@ INLINE: dict[str, list[list[str]] | str] = {
     "fastuq sweep CORPUS --lam 0.5:1:32 --q 1e-3:1:32 --log q":
         [["sweep", "corpus.parquet", "--lam", "0.5:1:32", "--q", "1e-3:1:32", "--log", "q"]],
     "fastuq fit CORPUS": [["fit", "corpus.parquet"]],
+    "fastuq fit --stack CORPUS -o stack.json":
+        [["fit", "--stack", "corpus.parquet", "-o", "stack.json"]],
     "fastuq import [FORMAT] LOGS... -o corpus.parquet":
         [["import", "ford", "{ford}", "-o", "corpus.parquet"],
          ["import", "{ford}", "-o", "corpus.parquet"]],
@@ -491,6 +495,7 @@ MENTIONS: frozenset[str] = frozenset({
     "fastuq score --pack auto|host|device", "fastuq score --method NAME",
     "fastuq COMMAND --help", "fastuq calibrate", "fastuq score ... --calibration calib.json",
     "fastuq report ... --calibration calib.json",
+    "fastuq score --method stack --params stack.json", "fastuq fit --stack -o",
 })
 
 

@@ -39,7 +39,9 @@ def add_parser(sub) -> None:
     sc.add_argument("--sample", action="store_true", help="score the bundled sample corpus")
     sc.add_argument("--method", default="sauce",
                     help="estimators, comma-separated, or 'all' for every estimator whose "
-                         "inputs the corpus has (default: sauce)")
+                         "inputs the corpus has (default: sauce); 'stack' (with --params "
+                         "STACK.json from 'fastuq fit --stack') scores the stack's inputs "
+                         "with the parameters it records, then writes its column")
     cs.add_protocol(sc)
     cs.add_sauce_params(sc)
     cs.add_params(sc)
@@ -130,22 +132,84 @@ def _option_problem(args: argparse.Namespace) -> str | None:
         return "--calibration applies to the local engine"
     if args.engine == "ray" and args.processes is not None:
         return "--processes is not used with --engine ray (each worker checks its chunks)"
-    from fastuq.engine.methods import method_list
-
+    if args.engine == "ray" and "stack" in _names(args.method):
+        return "--method stack applies to the local engine"
     try:
-        method_list(args.method)
+        _run_names(args.method)
     except ValueError as exc:
         return f"--method: {exc}"
     return None
 
 
+def _names(methods: str) -> list[str]:
+    return [m.strip() for m in methods.split(",")]
+
+
+def _run_names(methods: str) -> list[str]:
+    """``--method``'s registered estimators, checked (``stack`` set aside; ``["all"]`` for
+    all)."""
+    from fastuq.engine.methods import method_list
+
+    names = _names(methods)
+    if "stack" not in names:
+        return method_list(methods)
+    if names.count("stack") > 1:
+        raise ValueError(f"estimator 'stack' is named twice in methods {methods!r}")
+    own = [m for m in names if m != "stack"]
+    if "all" in own:
+        raise ValueError("'all' cannot be combined with 'stack'; name the other estimators")
+    return method_list(own) if own else []
+
+
+def _stack(args: argparse.Namespace):
+    """The stack of ``--params STACK.json`` (None when ``--params`` is not a stack file),
+    with ``args.params`` then cleared (it is not SAUCE's parameters). ValueError when
+    ``--method stack`` and a stack file do not come together."""
+    from fastuq.evaluation.stack import Stack, is_stack_file
+
+    asked = "stack" in _names(args.method)
+    if args.params and is_stack_file(args.params):
+        if not asked:
+            raise ValueError(f"--params {args.params} is a stack file (fastuq fit --stack): "
+                             "add stack to --method to apply it")
+        stack = Stack.load(args.params)
+        args.params = None
+        return stack
+    if asked:
+        raise ValueError("--method stack needs the stack file: --params STACK.json, written "
+                         "by 'fastuq fit --stack CORPUS -o STACK.json'")
+    return None
+
+
+def _stack_params(args: argparse.Namespace, stack, given: dict) -> dict:
+    """The parameters the stack's inputs are scored with: those the stack file records,
+    with this run's ``--lam``/``--param``/... over them, checked (with the observation noise
+    and ``--math``) against the file's record: ValueError naming the estimator, protocol and
+    parameter that differ. Sets ``args.observation_noise`` to the file's when not given."""
+    from fastuq.decisions.calibration import scoring_record
+
+    if args.observation_noise is None and stack.scoring:
+        args.observation_noise = stack.scoring.get("observation_noise")
+    params = {**stack.params, **given}
+    if args.confidence is not None:
+        params["confidence"] = args.confidence
+    try:
+        stack.check_scoring(scoring_record(stack.estimators, stack.protocols, params,
+                                           observation_noise=args.observation_noise,
+                                           math=args.math))
+    except ValueError as exc:
+        raise ValueError(f"--params {args.stack_file}: {exc}") from None
+    if args.confidence is not None:
+        del params["confidence"]  # score_file takes it from --confidence
+    return params
+
+
 def _check_param_values(args: argparse.Namespace, params: dict) -> None:
     """The estimator parameters' names and values, before anything is read (a parameter
     error is a usage error: exit 2, not a failed run)."""
-    from fastuq.engine.methods import method_list
     from fastuq.engine.registry import check_params
 
-    names = method_list(args.method)
+    names = _run_names(args.method)
     given = dict(params)
     if args.confidence is not None:
         given.setdefault("confidence", args.confidence)
@@ -160,10 +224,9 @@ def _calibration(args: argparse.Namespace, params: dict):
     if args.calibration is None:
         return None
     from fastuq.decisions.calibration import Calibrator, scoring_record
-    from fastuq.engine.methods import method_list
 
     cal = Calibrator.load(args.calibration)
-    names = method_list(args.method)
+    names = _run_names(args.method)
     missing = [m for m in cal.estimators if names != ["all"] and m not in names]
     if missing:
         raise ValueError(f"--calibration {args.calibration} calibrates "
@@ -208,9 +271,13 @@ def run(args: argparse.Namespace) -> int:
     if args.backend == "jax":
         use_cpu_devices(args.cpu_devices, strict=False)
     tune_allocator()
+    args.stack_file = args.params
     try:
+        stack = _stack(args)
         sauce, per_protocol = cs.sauce_overrides(args)
-        _check_param_values(args, sauce)
+        if stack is not None:
+            sauce = _stack_params(args, stack, sauce)
+        _check_param_values(args, sauce if stack is None else {})
         calibration = _calibration(args, sauce)
     except (ValueError, TypeError, FileNotFoundError) as exc:
         return cs.fail(prog, exc)
@@ -226,6 +293,7 @@ def run(args: argparse.Namespace) -> int:
                     skipped_path=args.skipped, math=args.math, processes=args.processes,
                     max_skip_fraction=args.max_skip_fraction, keep_scores=sample,
                     check=args.check, pack=args.pack, calibration=calibration,
+                    stack=stack,
                 )
         except OutputError as exc:
             return cs.fail(prog, exc)

@@ -79,6 +79,7 @@ def _score_file(
     params: Mapping[str, object] | None = None,
     pack: str = "auto",
     calibration=None,
+    stack=None,
 ) -> ScoreReport:
     """Score every trajectory of a corpus and write ``trajectory_id`` + one float64 column
     per estimator to Parquet, in input order, atomically (nothing appears at ``output`` on
@@ -121,6 +122,12 @@ def _score_file(
         each trajectory through its protocol's map (a protocol it has no map for is a
         ValueError). Checking that the scores are made as the calibration's were is the
         caller's (:meth:`~fastuq.decisions.Calibrator.check_scoring`).
+      stack: a fitted :class:`fastuq.evaluation.stack.Stack` (anything with its
+        ``estimators`` and ``predict(scores, protocols, ids=...)``), with ``"stack"`` among
+        ``methods``: the stack's input estimators are scored first (with ``params``: checking
+        that they are the stack's is the caller's, :meth:`~fastuq.evaluation.stack.Stack.
+        check_scoring`), then its ``stack`` column is written after the other scores. The
+        inputs' own columns are written only when ``methods`` names them.
 
     Raises:
       OutputError: (a ValueError) ``output`` or the skip list would replace an input (also
@@ -146,6 +153,7 @@ def _score_file(
     if both:
         raise ValueError(f"parameter {both[0]!r} is given twice (by its keyword and in params)")
     params = {**{k: v for k, v in named.items() if v is not None}, **(params or {})}
+    methods, dropped = _with_stack(methods, stack)
     total = count_rows(input)
     report = ScoreReport(input=str(input), output=str(output))
     kept: dict[str, list[np.ndarray]] = {}
@@ -166,6 +174,9 @@ def _score_file(
             protos = batch.protocol(protocol) if (protocol or batch.has("protocol")) else None
             if calibration is not None:
                 scores = {**scores, **calibration.predict_proba(scores, protos, ids=batch.ids)}
+            if stack is not None:
+                combined = stack.predict(scores, protos, ids=batch.ids)
+                scores = {**{k: v for k, v in scores.items() if k not in dropped}, **combined}
             if writer is None:
                 report.methods = tuple(scores)
                 schema = pa.schema([("trajectory_id", pa.string())]
@@ -209,6 +220,8 @@ def _score_file(
             names = [m for m in method_list(methods) if m != "all"]
             if calibration is not None:
                 names += [f"p_correct_{m}" for m in calibration.estimators]
+            if stack is not None:
+                names = [m for m in names if m not in dropped] + ["stack"]
             report.methods = tuple(names)
             schema = pa.schema([("trajectory_id", pa.string())]
                                + [(m, pa.float64()) for m in names])
@@ -228,6 +241,36 @@ def _score_file(
         if kept_protocol and sum(map(len, kept_protocol)) == report.n_rows:
             report.protocol = np.concatenate(kept_protocol)
     return report
+
+
+def _with_stack(methods: str | Sequence[str], stack) -> tuple[list[str] | str | Sequence[str],
+                                                              set[str]]:
+    """``(methods to run, score columns not to write)``: with a ``stack``, ``methods`` must
+    name ``"stack"`` (with other estimators, not ``"all"``), and the stack's inputs are run
+    too, the output columns of those ``methods`` does not name left unwritten; without
+    one, ``"stack"`` is refused with how to get one."""
+    names = ([m.strip() for m in methods.split(",")] if isinstance(methods, str)
+             else [str(m).strip() for m in methods])
+    if stack is None:
+        if "stack" in names:
+            raise ValueError("method 'stack' combines other estimators with a fitted stack "
+                             "file: fit one with 'fastuq fit --stack CORPUS -o stack.json' "
+                             "and pass it (score --params stack.json)")
+        return methods, set()
+    if "stack" not in names:
+        raise ValueError("a stack is given but 'stack' is not among the methods "
+                         f"({', '.join(names)}); add it")
+    own = [m for m in names if m != "stack"]
+    if "all" in own:
+        raise ValueError("'all' cannot be combined with 'stack'; name the other estimators")
+    if own:
+        method_list(own)
+    if len(set(own)) != len(own):
+        method_list(names)  # raises naming the repeated estimator
+    from fastuq.engine.registry import get_estimator
+
+    extra = [m for m in stack.estimators if m not in own]
+    return own + extra, {out for m in extra for out in get_estimator(m).outputs}
 
 
 def score_file(input, output: str | os.PathLike, *, device: str | None = None,

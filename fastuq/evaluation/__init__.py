@@ -10,6 +10,8 @@ what ``fastuq eval``, ``sweep``, ``fit`` and ``report`` compute.
 * :mod:`~fastuq.evaluation.sauce_data`, :mod:`~fastuq.evaluation.sweeps`,
   :mod:`~fastuq.evaluation.fit` -- SAUCE's inputs packed once, exact hyperparameter sweeps
   and gradient fitting;
+* :mod:`~fastuq.evaluation.stack` -- the cross-fitted estimator stack (``fastuq fit
+  --stack``, ``fastuq score --method stack``);
 * :mod:`~fastuq.evaluation.report` (:mod:`~fastuq.evaluation.report_html`) -- the
   self-contained HTML report.
 
@@ -47,6 +49,7 @@ from fastuq.evaluation.plots import (
 )
 from fastuq.evaluation.report import Report, build_report, write_report
 from fastuq.evaluation.sauce_data import SauceData, load_sauce_data
+from fastuq.evaluation.stack import Stack, fit_stack
 from fastuq.evaluation.sweeps import sweep
 from fastuq.evaluation.tables import (
     METRIC_HEADERS,
@@ -59,8 +62,9 @@ from fastuq.evaluation.tables import (
 
 __all__ = [
     "EXPECTABLE", "METRIC_HEADERS", "Comparison", "ExpectationCheck", "FitResult", "Report",
-    "SauceData", "accuracy_coverage", "agg_figure", "build_report", "check_expectations",
-    "drop_skipped", "evaluation_table", "evaluation_tables", "expected_metrics", "fit_sauce",
+    "SauceData", "Stack", "accuracy_coverage", "agg_figure", "build_report",
+    "check_expectations", "drop_skipped", "evaluation_table", "evaluation_tables",
+    "expected_metrics", "fit_sauce", "fit_stack",
     "format_cell", "format_table", "join_labels", "load_expectations", "load_sauce_data",
     "parse_expectations", "plot_reliability", "plot_risk_coverage", "read_labels",
     "read_scores", "read_skipped", "reliability_bins", "round_like", "sweep", "table_records",
