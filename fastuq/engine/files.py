@@ -79,6 +79,7 @@ def _score_file(
     params: Mapping[str, object] | None = None,
     pack: str = "auto",
     calibration=None,
+    per_round: bool = False,
 ) -> ScoreReport:
     """Score every trajectory of a corpus and write ``trajectory_id`` + one float64 column
     per estimator to Parquet, in input order, atomically (nothing appears at ``output`` on
@@ -121,6 +122,10 @@ def _score_file(
         each trajectory through its protocol's map (a protocol it has no map for is a
         ValueError). Checking that the scores are made as the calibration's were is the
         caller's (:meth:`~fastuq.decisions.Calibrator.check_scoring`).
+      per_round: also write ``<score>_per_round`` (``list<double>``) for every estimator
+        whose score is defined after each round: per trajectory, the score of the trajectory
+        cut after each executed round (masked rounds dropped), the last element the score
+        bit for bit, computed in the scan that computes the score (see :func:`iter_scores`).
 
     Raises:
       OutputError: (a ValueError) ``output`` or the skip list would replace an input (also
@@ -162,14 +167,19 @@ def _score_file(
             backend=backend, chunk_rows=chunk_rows, observation_noise=observation_noise,
             on_error=on_error, skipped=skipped, math=math, processes=processes, info=info,
             check=check, batch_columns=("protocol", "correct"), pack=pack,
+            per_round=per_round,
         ):
             protos = batch.protocol(protocol) if (protocol or batch.has("protocol")) else None
             if calibration is not None:
-                scores = {**scores, **calibration.predict_proba(scores, protos, ids=batch.ids)}
+                flat = {k: v for k, v in scores.items() if isinstance(v, np.ndarray)}
+                scores = {**scores, **calibration.predict_proba(flat, protos, ids=batch.ids)}
             if writer is None:
-                report.methods = tuple(scores)
+                report.methods = tuple(m for m, v in scores.items()
+                                       if isinstance(v, np.ndarray))
                 schema = pa.schema([("trajectory_id", pa.string())]
-                                   + [(m, pa.float64()) for m in scores])
+                                   + [(m, pa.float64() if isinstance(v, np.ndarray)
+                                       else pa.list_(pa.float64()))
+                                      for m, v in scores.items()])
                 writer = BackgroundWriter(_score_writer(output, schema))
             writer.write(pa.table({"trajectory_id": batch.ids.cast(pa.string()), **scores},
                                   schema=schema))
@@ -182,7 +192,8 @@ def _score_file(
                     report.protocols[name] = report.protocols.get(name, 0) + item["counts"]
             if keep_scores:
                 for m, s in scores.items():
-                    kept.setdefault(m, []).append(s)
+                    if isinstance(s, np.ndarray):  # per-round list columns are not kept
+                        kept.setdefault(m, []).append(s)
                 kept_correct.append(batch.correct())
                 if protos is not None:
                     kept_protocol.append(np.full(batch.n, protos, object)
@@ -210,8 +221,15 @@ def _score_file(
             if calibration is not None:
                 names += [f"p_correct_{m}" for m in calibration.estimators]
             report.methods = tuple(names)
+            lists = []
+            if per_round:
+                from fastuq.engine.registry import get_estimator
+
+                lists = [get_estimator(m).per_round_column for m in method_list(methods)
+                         if m != "all" and get_estimator(m).per_round is not None]
             schema = pa.schema([("trajectory_id", pa.string())]
-                               + [(m, pa.float64()) for m in names])
+                               + [(m, pa.float64()) for m in names]
+                               + [(m, pa.list_(pa.float64())) for m in lists])
             writer = _score_writer(output, schema)
         writer.close()
     except BaseException:
