@@ -305,3 +305,26 @@ def test_replay_trace_policies_reuse_the_scan(monkeypatch):
                                        atol=1e-12, err_msg=name)
         else:
             assert a == b, name
+
+
+def test_trace_keeps_every_trajectorys_team_size_in_every_round():
+    """Vote counts make equal true means equal floats (``[0.4, 1, 1]`` of a team of five:
+    -0.8 exactly, where the float mean of the fractions is -0.7999999999999999). Every
+    trajectory's per-round trace keeps its team size in every round, whatever its index in
+    the chunk (the prefix path used to cut ``team_size``, one value per trajectory, as if it
+    had a round axis, and trajectories after the round index lost their vote counts)."""
+    from fastuq.engine.batch import Batch
+
+    n = 6
+    table = pa.table({
+        "trajectory_id": [f"t{k}" for k in range(n)], "protocol": ["debate"] * n,
+        "n_agents": pa.array([5] * n, pa.int32()),
+        "agreement": [[0.4, 1.0, 1.0]] * n,
+    })
+    batch = Batch(table, dtype=np.float64)
+    want = np.array([[-0.4] * n, [-0.7] * n, [-0.8] * n])  # -2/5, -7/10, -12/15
+    assert -(0.4 + 1.0 + 1.0) / 3 != -0.8  # the fractions' float mean is not -0.8
+    for by_prefix in (False, True):
+        got = run_estimator_rounds(ESTIMATORS["mean_agreement"], batch, params={},
+                                   protocol="debate", backend="jax", by_prefix=by_prefix)
+        assert np.array_equal(got, want), (by_prefix, got)

@@ -193,7 +193,8 @@ def _rounds_by_prefix(est: Estimator, batch: Batch, inputs, optional, values, co
     for t in range(n_t):
         cut = [_prefix(x, t, INPUTS[name].fill) if tm else x
                for name, x, tm in zip(est.inputs, inputs, timed, strict=True)]
-        opt = {k: (None if v is None else _prefix(v, t, INPUTS[k].fill))
+        # only inputs with a round axis are cut (team_size is one value per trajectory)
+        opt = {k: (v if v is None or INPUTS[k].axis != 1 else _prefix(v, t, INPUTS[k].fill))
                for k, v in optional.items()}
         res = call_kernel(est, cut, opt, values, n=batch.n, dtype=batch.dtype, backend=backend)
         out[t] = np.asarray(res[column], np.float64)
