@@ -57,6 +57,15 @@ nothing to cancellation there; ``score`` is one rounded product and one subtract
 where ``p_s p_b >= 1/2``), a few ulps of 1 in float32. Inputs are taken as they are (no
 validation: the engine's packed inputs are checked); values in masked slots may be anything,
 NaN included.
+
+Per round (``PER_ROUND``, ``[T, N]``): ``1 - p_s p_b`` of each executed round, the score of
+the trajectory cut there, from the same scan (:func:`bccs_rounds`).
+
+Why one module over 600 lines: the consensus rule of a round (support group, leader slot,
+shares, state) is one rule, used by the kernel, its NumPy twin, their per-round forms,
+``sauce_belief`` (SAUCE over the belief share) and the plain-Python references; splitting
+them would put the rule's exactness conventions (slot-sum order, ties to the lowest slot) in
+two places.
 """
 
 from __future__ import annotations

@@ -29,11 +29,11 @@ from hypothesis import strategies as st
 import fastuq
 from fastuq.cli import main
 from fastuq.engine.inputs import INPUTS
-from fastuq.engine.pipeline import per_round_list
 from fastuq.engine.registry import ESTIMATORS
 from fastuq.engine.runner import call_kernel, run_estimator_rounds
 
-PER_ROUND = tuple(name for name, est in ESTIMATORS.items() if est.per_round is not None)
+PER_ROUND = tuple(name for name, est in ESTIMATORS.items()
+                  if getattr(est, "per_round", None) is not None)
 T_MAX, A_MAX = 6, 5  # padded extents of the drawn rounds and agents (1 stays 1)
 
 
@@ -171,6 +171,8 @@ def _check_per_round(seed: int, t: int, n: int, a: int, team: int, gaps: bool) -
 
 
 def test_per_round_list_keeps_executed_rounds_in_order():
+    from fastuq.engine.pipeline import per_round_list
+
     values = np.array([[1.0, 4.0, np.nan], [2.0, np.nan, np.nan], [3.0, 5.0, np.nan]])
     mask = np.array([[True, True, False], [True, False, False], [True, True, False]])
     got = per_round_list(values, mask)
