@@ -118,6 +118,7 @@ def test_per_round_scores_from_the_scan_fixed_draws(t, n, a, team, gaps):
 
 
 def _check_per_round(seed: int, t: int, n: int, a: int, team: int, gaps: bool) -> None:
+    assert PER_ROUND, "no estimator declares a per-round score"
     rng = np.random.default_rng(seed)
     arrays = _draw(rng, t, n, a, team, gaps)
     mask = arrays["round_mask"]
@@ -267,6 +268,7 @@ def test_run_estimator_rounds_is_one_scan_with_the_prefix_results():
     from fastuq.synth import corpus_with_beliefs
 
     batch = Batch(corpus_with_beliefs(300, protocol="debate", seed=3), dtype=np.float64)
+    assert PER_ROUND, "no estimator declares a per-round score"
     for name in PER_ROUND:
         est = ESTIMATORS[name]
         scan = run_estimator_rounds(est, batch, params={}, protocol="debate", backend="jax")
@@ -326,7 +328,7 @@ def test_trace_keeps_every_trajectorys_team_size_in_every_round():
     batch = Batch(table, dtype=np.float64)
     want = np.array([[-0.4] * n, [-0.7] * n, [-0.8] * n])  # -2/5, -7/10, -12/15
     assert -(0.4 + 1.0 + 1.0) / 3 != -0.8  # the fractions' float mean is not -0.8
-    for by_prefix in (False, True):
+    for kw in ({}, {"by_prefix": True}):  # replay's default, then the prefix path
         got = run_estimator_rounds(ESTIMATORS["mean_agreement"], batch, params={},
-                                   protocol="debate", backend="jax", by_prefix=by_prefix)
-        assert np.array_equal(got, want), (by_prefix, got)
+                                   protocol="debate", backend="jax", **kw)
+        assert np.array_equal(got, want), (kw, got)
