@@ -3,7 +3,7 @@
 Run from the repository root::
 
     python bench/bench_trace_rounds.py                 # N = 2e5, T = 5 and 10
-    python bench/bench_trace_rounds.py --n 20000 --rounds 5
+    python bench/bench_trace_rounds.py --quick         # N = 2e4, T = 5, one repeat
 
 What is measured, on simulated debates (``fastuq.synth.corpus_with_beliefs``, 3 agents,
 seed 0), each median of ``--repeats`` runs after one warm-up, both paths in this process:
@@ -16,7 +16,7 @@ seed 0), each median of ``--repeats`` runs after one warm-up, both paths in this
   ``trace:mean_agreement`` and ``trace:bccs`` (32 thresholds each), the trace computed each
   way, and whether the two result tables are identical.
 
-Prints a markdown table (pasted into bench/README.md, "Per-round scores").
+Prints a markdown table (pasted into bench/README.md, "Per-round scores"); writes no file.
 """
 
 from __future__ import annotations
@@ -43,7 +43,11 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, nargs="+", default=[5, 10])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke test: N = 2e4, T = 5, one repeat (writes nothing)")
     args = parser.parse_args()
+    if args.quick:
+        args.n, args.rounds, args.repeats = 20_000, [5], 1
 
     import fastuq.engine.runner as runner
     from fastuq.decisions.replay import Policy, replay
