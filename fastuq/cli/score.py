@@ -74,7 +74,7 @@ def add_parser(sub) -> None:
     cs.add_progress(sc)
     sc.add_argument("--per-round", action="store_true",
                     help="also write, for every estimator whose score is defined after each "
-                         "round (sauce, sauce_belief, last/mean/weighted_agreement, bccs), a "
+                         "round (sauce, sauce_belief, last/mean/weighted_agreement, bccs, umas), a "
                          "list column <score>_per_round: the score of the debate cut after "
                          "each executed round, the last element the score (one scan)")
     sc.add_argument("--calibration", metavar="CALIB.json",

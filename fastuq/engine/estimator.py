@@ -136,9 +136,9 @@ class Estimator:
       per_round)``, ``result`` what the kernel returns and ``per_round`` ``[T, N]`` the
       score (the first output) of the trajectory cut after each round, from the same scan
       (NaN where the round is masked; at the last executed round, the score's bits). Only
-      for an estimator whose inputs include ``round_mask`` (the rounds a score is given
-      for); ``fastuq score --per-round`` writes it as the list column
-      ``<first output>_per_round``.
+      for an estimator whose inputs include ``round_mask``, or ``node_mask`` (a round with a
+      valid node is executed): the rounds a score is given for; ``fastuq score
+      --per-round`` writes it as the list column ``<first output>_per_round``.
     constraints: ``constraints(values, ids)`` -> None, raising ValueError where parameters
       that are each within their bounds do not fit together (UAAD: the weights sum to 1,
       ``risk_low < risk_high``). Called with the checked packing parameters (``ids``
@@ -169,9 +169,18 @@ class Estimator:
             if len(self.per_round) != 2:
                 raise ValueError(f"estimator {self.name!r}: per_round must be (kernel, twin), "
                                  f"got {self.per_round!r}")
-            if "round_mask" not in self.inputs:
-                raise ValueError(f"estimator {self.name!r}: per_round needs round_mask among "
-                                 f"its inputs (the rounds a per-round score is given for)")
+            if not {"round_mask", "node_mask"} & set(self.inputs):
+                raise ValueError(f"estimator {self.name!r}: per_round needs round_mask or "
+                                 f"node_mask among its inputs (the rounds a per-round score "
+                                 f"is given for)")
+
+    def executed_rounds(self, inputs: Sequence[Any]) -> np.ndarray:
+        """``[T, N]`` bool, the rounds a per-round score is given for, from the packed
+        ``inputs`` (in ``self.inputs`` order): ``round_mask``, else the rounds with a valid
+        node of ``node_mask``."""
+        if "round_mask" in self.inputs:
+            return np.asarray(inputs[self.inputs.index("round_mask")], bool)
+        return np.asarray(inputs[self.inputs.index("node_mask")], bool).any(axis=2)
 
     @property
     def per_round_column(self) -> str:

@@ -81,8 +81,7 @@ def _scores_of(est, inputs, out: Mapping, per_round: bool) -> dict:
     scores = {}
     for column, values in out.items():
         if per_round and column == est.per_round_column:
-            mask = inputs[est.inputs.index("round_mask")]
-            scores[column] = per_round_list(values, np.asarray(mask))
+            scores[column] = per_round_list(values, est.executed_rounds(inputs))
         else:
             scores[column] = np.asarray(values, np.float64)
     return scores
@@ -339,7 +338,7 @@ def iter_scores(
         bit-identical either way.
       per_round: also yield, for every method whose score is defined after each round
         (:attr:`~fastuq.engine.estimator.Estimator.per_round`: SAUCE, ``sauce_belief``, the
-        agreement baselines, BCCS), the column ``<score>_per_round``: a ``list<double>``
+        agreement baselines, BCCS, UMAS), the column ``<score>_per_round``: a ``list<double>``
         array, per trajectory the score of the trajectory cut after each executed round
         (masked rounds dropped), the last element its score bit for bit. Computed in the
         scan that computes the score (one kernel call per chunk). A named method without a

@@ -169,6 +169,7 @@ _BUILTIN = (
     Estimator(
         name="umas", inputs=("node_confidence", "node_mask"), optional_inputs=("edges",),
         params=(CONFIDENCE,), memory="umas:umas_memory", **_kernels("umas", "umas"),
+        per_round=_rounds("umas", "umas"),
         description="UMAS trust-weighted dynamic confidence over the interaction graph",
     ),
     Estimator(
