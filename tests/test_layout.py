@@ -360,6 +360,7 @@ PUBLIC = {
         "weighted_agreement_rounds_numpy", "ROUND_PER_ROUND"},
     "fastuq.kernels.bccs": {"PER_ROUND", "bccs_rounds", "bccs_rounds_numpy",
                             "sauce_belief_rounds", "sauce_belief_rounds_numpy"},
+    "fastuq.kernels.umas": {"PER_ROUND", "umas_rounds", "umas_rounds_numpy"},
     "fastuq.engine.runner": {
         "call_kernel", "outputs_of", "prepare_estimator", "run_estimator",
         "run_estimator_rounds"},
