@@ -63,12 +63,17 @@ __all__ = [
     "ENTROPY_FLOOR",
     "NODE_FIELDS",
     "ROUND_FIELDS",
+    "ROUND_PER_ROUND",
     "NodeCarry",
     "RoundCarry",
     "last_agreement",
     "last_agreement_numpy",
+    "last_agreement_rounds",
+    "last_agreement_rounds_numpy",
     "mean_agreement",
     "mean_agreement_numpy",
+    "mean_agreement_rounds",
+    "mean_agreement_rounds_numpy",
     "mean_token_entropy",
     "mean_token_entropy_numpy",
     "msp_final",
@@ -81,6 +86,8 @@ __all__ = [
     "round_baselines_numpy",
     "weighted_agreement",
     "weighted_agreement_numpy",
+    "weighted_agreement_rounds",
+    "weighted_agreement_rounds_numpy",
 ]
 
 
@@ -127,7 +134,17 @@ ROUND_FIELDS = {
 }
 
 
+#: Per-round outputs ``[T, N]`` of :func:`round_baselines`: ``NAME_per_round`` is, at an
+#: executed round ``t``, the baseline ``NAME`` of rounds ``0..t`` (the trajectory cut after
+#: round ``t``; at the last executed round, ``NAME`` itself, bit for bit), NaN in masked
+#: rounds. Computed in the same scan as the summaries.
+ROUND_PER_ROUND = {f"{name}_per_round": name
+                   for name in ("last_agreement", "mean_agreement", "weighted_agreement")}
+
+
 def _check_fields(fields, table, given: dict, what: str) -> None:
+    if table is ROUND_FIELDS:  # a per-round field needs what its baseline needs
+        fields = [ROUND_PER_ROUND.get(f, f) for f in fields]
     unknown = set(fields) - set(table)
     if unknown:
         raise ValueError(f"unknown {what} output fields {sorted(unknown)}")
@@ -389,7 +406,7 @@ def _first_round_noise(noise, round_mask, xp=np):
     return ref
 
 
-def _round_step(carry: RoundCarry, inputs, carry_ref: bool):
+def _round_step(carry: RoundCarry, inputs, carry_ref: bool, per_round: tuple[str, ...] = ()):
     """One round: ``inputs`` = (agreement ``[N]``, round_mask ``[N]``, weight ``[N]`` or
     ``None``, team size ``[N]`` or ``None``). With ``carry_ref`` the third input is the
     round token entropy and the weight ``w_t = r_ref / R_t`` is formed here, ``r_ref``
@@ -412,7 +429,12 @@ def _round_step(carry: RoundCarry, inputs, carry_ref: bool):
         sum_w,
         ref,
     )
-    return carry, None
+    if not per_round:
+        return carry, None
+    # the baselines of rounds 0..t: _round_summaries on this round's carry, NaN where the
+    # round is masked (at the last executed round: the summaries' own bits)
+    now = _round_summaries(carry, team, jnp)
+    return carry, tuple(jnp.where(valid, now[name], jnp.nan) for name in per_round)
 
 
 def _round_summaries(carry: RoundCarry, team, xp) -> dict:
@@ -445,15 +467,18 @@ def round_baselines(
       team_size: ``[N]`` number of agents the agreement is a fraction of; where > 0 the
         statistics are computed from the vote counts ``rint(M_t n)`` so that equal true
         values give equal floats (see the module docstring). ``None``/0: ``M_t`` as given.
-      fields: outputs (static), names from ``ROUND_FIELDS``.
+      fields: outputs (static), names from ``ROUND_FIELDS`` (``[N]``) and
+        ``ROUND_PER_ROUND`` (``[T, N]``, NaN in masked rounds).
       unroll: ``lax.scan`` unroll factor (static; a compile-time choice, the numbers are the
         same); ``None``: :func:`default_unroll`.
 
     Returns:
-      dict name -> ``[N]`` array in the dtype of ``agreement`` (NaN when no round executed).
+      dict name -> ``[N]`` (``[T, N]`` for per-round fields) array in the dtype of
+      ``agreement`` (NaN when no round executed).
     """
     _check_fields(fields, ROUND_FIELDS, {"token_entropy": token_entropy}, "round baseline")
-    if "weighted_agreement" not in fields:
+    per_round = tuple(ROUND_PER_ROUND[f] for f in fields if f in ROUND_PER_ROUND)
+    if "weighted_agreement" not in fields and "weighted_agreement" not in per_round:
         token_entropy = None
     dtype = agreement.dtype
     t_max, n = agreement.shape
@@ -469,13 +494,15 @@ def round_baselines(
     if token_entropy is not None and not carry_ref:
         noise = jnp.maximum(token_entropy.astype(dtype), ENTROPY_FLOOR)
         weights = _first_round_noise(noise, mask, jnp)[None, :] / noise
-    carry, _ = lax.scan(
-        lambda c, x: _round_step(c, (*x, team), carry_ref),
+    carry, outs = lax.scan(
+        lambda c, x: _round_step(c, (*x, team), carry_ref, per_round),
         RoundCarry(zero + jnp.nan, zero, zero, zero, zero, zero),
         (agreement, mask, weights),
         unroll=unroll,
     )
     result = _round_summaries(carry, team, jnp)
+    result.update({f"{name}_per_round": value
+                   for name, value in zip(per_round, outs or (), strict=True)})
     return {name: result[name] for name in fields}
 
 
@@ -497,8 +524,11 @@ def round_baselines_numpy(
     last_x = np.full(n, np.nan, dtype)
     sum_x = np.zeros(n, dtype)
     n_rounds = np.zeros(n, dtype)
+    per_round = tuple(ROUND_PER_ROUND[f] for f in fields if f in ROUND_PER_ROUND)
+    rounds = {name: np.full((t_max, n), np.nan, dtype) for name in per_round}
     weights = None
-    if token_entropy is not None and "weighted_agreement" in fields:
+    if token_entropy is not None and ("weighted_agreement" in fields
+                                      or "weighted_agreement" in per_round):
         noise = np.maximum(np.asarray(token_entropy, dtype), dtype.type(ENTROPY_FLOOR))
         weights = _first_round_noise(noise, round_mask)[None, :] / noise
     sum_wx = np.zeros(n, dtype)
@@ -514,9 +544,15 @@ def round_baselines_numpy(
             last_x = np.where(valid, x_t, last_x)
             sum_x = sum_x + np.where(valid, x_t, 0)
             n_rounds = n_rounds + valid
+            if per_round:
+                now = _round_summaries(
+                    RoundCarry(last_x, sum_x, n_rounds, sum_wx, sum_w, None), team, np)
+                for name in per_round:
+                    rounds[name][t] = np.where(valid, now[name], np.nan)
         result = _round_summaries(
             RoundCarry(last_x, sum_x, n_rounds, sum_wx, sum_w, None), team, np
         )
+    result.update({f"{name}_per_round": value for name, value in rounds.items()})
     return {name: np.asarray(result[name], dtype) for name in fields}
 
 
@@ -539,9 +575,36 @@ def _round_field(name: str):
     return jax.jit(kernel), twin
 
 
+def _round_field_rounds(name: str):
+    """The registry's per-round kernel and twin of the round baseline ``name``: the same
+    arguments, returning ``([N] score, [T, N] per-round score)`` from one scan."""
+    fields = (name, f"{name}_per_round")
+
+    def kernel(agreement, *rest, team_size=None):
+        h, mask = (None, rest[0]) if len(rest) == 1 else rest
+        out = round_baselines(agreement, h, mask, team_size=team_size, fields=fields)
+        return out[fields[0]], out[fields[1]]
+
+    def twin(agreement, *rest, team_size=None):
+        h, mask = (None, rest[0]) if len(rest) == 1 else rest
+        out = round_baselines_numpy(agreement, h, mask, team_size=team_size, fields=fields)
+        return out[fields[0]], out[fields[1]]
+
+    kernel.__name__, twin.__name__ = f"{name}_rounds", f"{name}_rounds_numpy"
+    kernel.__doc__ = (f"``({name} [N], per-round {name} [T, N])`` of ``[T, N]`` round inputs "
+                      "from one scan: row ``t`` is the baseline of rounds ``0..t`` (NaN where "
+                      "round ``t`` is masked).")
+    twin.__doc__ = f"NumPy twin of :func:`{name}_rounds`."
+    return jax.jit(kernel), twin
+
+
 last_agreement, last_agreement_numpy = _round_field("last_agreement")
 mean_agreement, mean_agreement_numpy = _round_field("mean_agreement")
 weighted_agreement, weighted_agreement_numpy = _round_field("weighted_agreement")
+last_agreement_rounds, last_agreement_rounds_numpy = _round_field_rounds("last_agreement")
+mean_agreement_rounds, mean_agreement_rounds_numpy = _round_field_rounds("mean_agreement")
+weighted_agreement_rounds, weighted_agreement_rounds_numpy = _round_field_rounds(
+    "weighted_agreement")
 
 
 

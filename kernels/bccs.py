@@ -57,6 +57,15 @@ nothing to cancellation there; ``score`` is one rounded product and one subtract
 where ``p_s p_b >= 1/2``), a few ulps of 1 in float32. Inputs are taken as they are (no
 validation: the engine's packed inputs are checked); values in masked slots may be anything,
 NaN included.
+
+Per round (``PER_ROUND``, ``[T, N]``): ``1 - p_s p_b`` of each executed round, the score of
+the trajectory cut there, from the same scan (:func:`bccs_rounds`).
+
+Why one module over 600 lines: the consensus rule of a round (support group, leader slot,
+shares, state) is one rule, used by the kernel, its NumPy twin, their per-round forms,
+``sauce_belief`` (SAUCE over the belief share) and the plain-Python references; splitting
+them would put the rule's exactness conventions (slot-sum order, ties to the lowest slot) in
+two places.
 """
 
 from __future__ import annotations
@@ -71,7 +80,7 @@ import numpy as np
 from jax import lax
 
 from .baselines import default_unroll, slot_sum
-from .sauce import sauce, sauce_numpy, sauce_reference
+from .sauce import sauce, sauce_numpy, sauce_reference, sauce_rounds, sauce_rounds_numpy
 
 __all__ = [
     "FULL",
@@ -79,10 +88,13 @@ __all__ = [
     "PARTIAL",
     "SUMMARY_FIELDS",
     "TRACE_FIELDS",
+    "PER_ROUND",
     "DEFAULTS",
     "BccsParams",
     "bccs",
     "bccs_numpy",
+    "bccs_rounds",
+    "bccs_rounds_numpy",
     "bccs_reference",
     "bccs_scan",
     "bccs_scan_numpy",
@@ -92,6 +104,8 @@ __all__ = [
     "consensus_round",
     "sauce_belief",
     "sauce_belief_numpy",
+    "sauce_belief_rounds",
+    "sauce_belief_rounds_numpy",
     "sauce_belief_reference",
 ]
 
@@ -104,6 +118,10 @@ SUMMARY_FIELDS = ("score", "first_full", "leader", "final_p_s", "final_p_b", "fi
 #: ``state`` (int8, -1 in masked rounds), ``support`` (int32 votes of the support group) and
 #: ``round_leader`` (int32 slot), both -1 in masked rounds.
 TRACE_FIELDS = ("p_s", "p_b", "dissent", "state", "support", "round_leader")
+#: The per-round score ``[T, N]``: at an executed round ``t``, ``1 - p_s p_b`` of that round
+#: (the ``score`` of the trajectory cut after round ``t``; at the last executed round,
+#: ``score`` itself, bit for bit), NaN in masked rounds. Computed in the same scan.
+PER_ROUND = "per_round"
 
 
 class BccsParams(NamedTuple):
@@ -138,7 +156,7 @@ class BccsCarry(NamedTuple):
 
 
 def _check_fields(fields: tuple[str, ...]) -> None:
-    unknown = set(fields) - set(SUMMARY_FIELDS) - set(TRACE_FIELDS)
+    unknown = set(fields) - set(SUMMARY_FIELDS) - set(TRACE_FIELDS) - {PER_ROUND}
     if unknown:
         raise ValueError(f"unknown BCCS output fields {sorted(unknown)}")
 
@@ -243,7 +261,8 @@ def _round(cls, b, team, params: BccsParams):
     return _round_vectorized(cls, b, team, params)
 
 
-def _step(params: BccsParams, team, with_trace: bool, carry: BccsCarry, inputs):
+def _step(params: BccsParams, team, with_trace: bool, carry: BccsCarry, inputs,
+          per_round: bool = False):
     cls, b, valid, t = inputs
     p_s, p_b, dissent, state, size, leader = _round(cls, b, team, params)
     dtype = carry.dissent.dtype
@@ -257,7 +276,11 @@ def _step(params: BccsParams, team, with_trace: bool, carry: BccsCarry, inputs):
                       keep(p_b, carry.p_b), keep(state, carry.state),
                       keep(leader, carry.leader), first,
                       carry.n_rounds + valid.astype(dtype))
-    return carry, ((p_s, p_b, dissent, state, size, leader) if with_trace else None)
+    trace = (p_s, p_b, dissent, state, size, leader) if with_trace else None
+    if not per_round:
+        return carry, trace
+    # the score of rounds 0..t: _summaries' 1 - p_s p_b on this round's carry
+    return carry, (trace, jnp.where(valid, 1 - carry.p_s * carry.p_b, jnp.nan))
 
 
 def _summaries(carry: BccsCarry) -> dict:
@@ -295,8 +318,8 @@ def bccs_scan(
       n_agents: ``[N]`` initial team size (the denominator of ``p_s``), > 0.
       round_mask: ``[T, N]`` bool, true where the round executed.
       params: :class:`BccsParams`.
-      fields: outputs (static): names from ``SUMMARY_FIELDS`` (``[N]``) and
-        ``TRACE_FIELDS`` (``[T, N]``); only what is asked for is written.
+      fields: outputs (static): names from ``SUMMARY_FIELDS`` (``[N]``),
+        ``TRACE_FIELDS`` and ``PER_ROUND`` (``[T, N]``); only what is asked for is written.
       unroll: ``lax.scan`` unroll factor (static; a compile-time choice, the numbers are the
         same); ``None``: :func:`~kernels.baselines.default_unroll`.
 
@@ -314,13 +337,16 @@ def bccs_scan(
     nan, neg = zero + jnp.nan, zero - 1
     init = BccsCarry(nan, nan, nan, neg, neg, neg, zero)
     with_trace = any(name in TRACE_FIELDS for name in fields)
+    per_round = PER_ROUND in fields
     carry, outs = lax.scan(
-        partial(_step, params, team, with_trace),
+        lambda c, x: _step(params, team, with_trace, c, x, per_round),
         init,
         (answer_class, belief, mask, jnp.arange(t_max, dtype=jnp.int32)),
         unroll=default_unroll(t_max) if unroll is None else unroll,
     )
     result = _summaries(carry)
+    if per_round:
+        outs, result[PER_ROUND] = outs
     if with_trace:
         p_s, p_b, dissent, state, size, leader = outs
         result.update(
@@ -364,6 +390,7 @@ def bccs_scan_numpy(
         "state": np.full((t_max, n), -1, np.int8),
         "support": np.full((t_max, n), -1, np.int32),
         "round_leader": np.full((t_max, n), -1, np.int32),
+        PER_ROUND: np.full((t_max, n), np.nan, dtype),
     }
     with np.errstate(invalid="ignore", divide="ignore"):
         for t in range(t_max):
@@ -394,6 +421,7 @@ def bccs_scan_numpy(
             state_f = np.where(valid, state, state_f)
             leader_f = np.where(valid, leader, leader_f)
             n_rounds = n_rounds + valid
+            trace[PER_ROUND][t] = np.where(valid, 1 - p_s_f * p_b_f, np.nan)
             for name, value in (("p_s", p_s), ("p_b", p_b), ("dissent", dissent),
                                 ("state", state), ("support", size),
                                 ("round_leader", leader)):
@@ -452,6 +480,43 @@ def bccs_numpy(
 
 
 @jax.jit
+def bccs_rounds(
+    answer_class: jax.Array,
+    belief: jax.Array,
+    n_agents: jax.Array,
+    round_mask: jax.Array,
+    *,
+    theta_s: jax.Array | float,
+    theta_full: jax.Array | float,
+    theta_partial: jax.Array | float,
+) -> tuple[dict[str, jax.Array], jax.Array]:
+    """:func:`bccs` and the per-round score ``[T, N]`` (``1 - p_s p_b`` of each executed
+    round, the score of the trajectory cut there; NaN in masked rounds) from the same
+    scan."""
+    out = bccs_scan(answer_class, belief, n_agents, round_mask,
+                    BccsParams(theta_s, theta_full, theta_partial),
+                    fields=(*OUTPUTS.values(), PER_ROUND))
+    return {col: out[field] for col, field in OUTPUTS.items()}, out[PER_ROUND]
+
+
+def bccs_rounds_numpy(
+    answer_class: np.ndarray,
+    belief: np.ndarray,
+    n_agents: np.ndarray,
+    round_mask: np.ndarray,
+    *,
+    theta_s: np.ndarray | float,
+    theta_full: np.ndarray | float,
+    theta_partial: np.ndarray | float,
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """NumPy twin of :func:`bccs_rounds`."""
+    out = bccs_scan_numpy(answer_class, belief, n_agents, round_mask,
+                          BccsParams(theta_s, theta_full, theta_partial),
+                          fields=(*OUTPUTS.values(), PER_ROUND))
+    return {col: out[field] for col, field in OUTPUTS.items()}, out[PER_ROUND]
+
+
+@jax.jit
 def belief_agreement(answer_class: jax.Array, belief: jax.Array,
                      round_mask: jax.Array) -> jax.Array:
     """``p_b [T, N]``: the support group's share of the answering agents' belief per round
@@ -501,6 +566,42 @@ def sauce_belief_numpy(
     p_b = belief_agreement_numpy(answer_class, belief, round_mask)
     return sauce_numpy(p_b, token_entropy, round_mask, lam=lam, q=q, sigma2_0=sigma2_0,
                        mu_0=mu_0)
+
+
+@jax.jit
+def sauce_belief_rounds(
+    answer_class: jax.Array,
+    belief: jax.Array,
+    token_entropy: jax.Array,
+    round_mask: jax.Array,
+    *,
+    lam: jax.Array | float,
+    q: jax.Array | float,
+    sigma2_0: jax.Array | float,
+    mu_0: jax.Array | float,
+) -> tuple[jax.Array, jax.Array]:
+    """:func:`sauce_belief` and its per-round score ``[T, N]`` from the same filter scan
+    (:func:`~kernels.sauce.sauce_rounds` on the belief share)."""
+    p_b = belief_agreement(answer_class, belief, round_mask)
+    return sauce_rounds(p_b, token_entropy, round_mask, lam=lam, q=q, sigma2_0=sigma2_0,
+                        mu_0=mu_0)
+
+
+def sauce_belief_rounds_numpy(
+    answer_class: np.ndarray,
+    belief: np.ndarray,
+    token_entropy: np.ndarray,
+    round_mask: np.ndarray,
+    *,
+    lam: np.ndarray | float,
+    q: np.ndarray | float,
+    sigma2_0: np.ndarray | float,
+    mu_0: np.ndarray | float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """NumPy twin of :func:`sauce_belief_rounds`."""
+    p_b = belief_agreement_numpy(answer_class, belief, round_mask)
+    return sauce_rounds_numpy(p_b, token_entropy, round_mask, lam=lam, q=q,
+                              sigma2_0=sigma2_0, mu_0=mu_0)
 
 
 # ----------------------------------------------------------------------------------------

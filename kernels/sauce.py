@@ -51,6 +51,10 @@ from .constants import ENTROPY_FLOOR, GAIN_EPS, VARIANCE_FLOOR
 SUMMARY_FIELDS = ("score", "final_mu", "final_sigma2", "avg_mu", "avg_sigma2", "n_rounds")
 #: Names of the per-round trace outputs ``[T, N]`` (NaN in masked rounds).
 TRACE_FIELDS = ("mu", "sigma2", "K_t", "S_t", "nu_t")
+#: The per-round score ``[T, N]``: at an executed round ``t``, ``-mean mu`` over the executed
+#: rounds ``0..t`` (the ``score`` of the trajectory cut after round ``t``; at the last
+#: executed round, ``score`` itself), NaN in masked rounds. Computed in the same scan.
+PER_ROUND = "per_round"
 
 
 class SauceParams(NamedTuple):
@@ -93,7 +97,9 @@ def _step(params: SauceParams, carry, inputs):
         sum_s2 + jnp.where(valid, s2_new, zero),
         count + valid.astype(count.dtype),
     )
-    return carry, (mu_new, s2_new, k_t, s_t, nu_t)
+    # the score of rounds 0..t: _summaries' -(sum_mu / count) on this round's carry (the
+    # same operations, so at the last executed round the same bits as the score)
+    return carry, (mu_new, s2_new, k_t, s_t, nu_t, -(carry[2] / carry[4]))
 
 
 def _step_summary(params: SauceParams, carry, inputs):
@@ -137,10 +143,15 @@ def _default_unroll(t_max: int, with_trace: bool = False) -> int | bool:
 
 
 def _select(result: dict, fields: tuple[str, ...]) -> dict:
-    unknown = set(fields) - set(SUMMARY_FIELDS) - set(TRACE_FIELDS)
+    unknown = set(fields) - set(SUMMARY_FIELDS) - set(TRACE_FIELDS) - {PER_ROUND}
     if unknown:
         raise ValueError(f"unknown SAUCE output fields {sorted(unknown)}")
     return {name: result[name] for name in fields}
+
+
+def _with_trace(fields: tuple[str, ...]) -> bool:
+    """Whether the scan writes per-round outputs (a trace field or the per-round score)."""
+    return any(name in TRACE_FIELDS or name == PER_ROUND for name in fields)
 
 
 #: A cache-sized block of trajectories, for callers that ask for blocking (``block=BLOCK``).
@@ -151,7 +162,7 @@ def _scan(agreement, token_entropy, round_mask, params: SauceParams, fields, unr
     dtype = agreement.dtype
     zero = jnp.zeros_like(agreement[0])  # carries the input's sharding (works in shard_map)
     init = (zero + params.mu_0, zero + params.sigma2_0, zero, zero, zero)
-    with_trace = any(name in TRACE_FIELDS for name in fields)
+    with_trace = _with_trace(fields)
     carry, outs = lax.scan(
         partial(_step if with_trace else _step_summary, params),
         init,
@@ -161,8 +172,9 @@ def _scan(agreement, token_entropy, round_mask, params: SauceParams, fields, unr
     result = _summaries(carry)
     if with_trace:
         nan = jnp.asarray(jnp.nan, dtype)
-        for name, value in zip(TRACE_FIELDS, outs, strict=True):
-            result[name] = jnp.where(round_mask, value, nan)
+        for name, value in zip((*TRACE_FIELDS, PER_ROUND), outs, strict=True):
+            if name in fields:
+                result[name] = jnp.where(round_mask, value, nan)
     return _select(result, fields)
 
 
@@ -184,8 +196,9 @@ def sauce_scan(
       token_entropy: ``[T, N]`` float, mean token entropy (nats) per round, >= 0.
       round_mask: ``[T, N]`` bool, true where the round executed.
       params: :class:`SauceParams`, each leaf a scalar or broadcastable to ``[N]``.
-      fields: which outputs to compute (static): names from ``SUMMARY_FIELDS`` (``[N]``)
-        and ``TRACE_FIELDS`` (``[T, N]``, NaN where the round is masked). Only what is asked
+      fields: which outputs to compute (static): names from ``SUMMARY_FIELDS`` (``[N]``),
+        ``TRACE_FIELDS`` and ``PER_ROUND`` (``[T, N]``, NaN where the round is masked; the
+        per-round score at the last executed round is ``score``'s bits). Only what is asked
         for is written, which matters at memory bandwidth.
       unroll: ``lax.scan`` unroll factor; ``None`` picks full unrolling for ``T <= 32``
         (``T <= 16`` with trace fields), else a rolled loop (bounded compile time for any
@@ -214,7 +227,7 @@ def sauce_scan(
     t_max, n = agreement.shape
     params = SauceParams(*(jnp.asarray(p, dtype) for p in params))
     if unroll is None:
-        unroll = _default_unroll(t_max, any(name in TRACE_FIELDS for name in fields))
+        unroll = _default_unroll(t_max, _with_trace(fields))
     if not block or block >= n:
         return _scan(agreement, token_entropy, round_mask, params, fields, unroll)
     if n % block:
@@ -263,8 +276,9 @@ def sauce_scan_numpy(
     sum_mu = np.zeros(n, dtype)
     sum_s2 = np.zeros(n, dtype)
     count = np.zeros(n, dtype)
-    with_trace = any(name in TRACE_FIELDS for name in fields)
-    trace = {name: np.full((t_max, n), np.nan, dtype) for name in TRACE_FIELDS if with_trace}
+    with_trace = _with_trace(fields)
+    trace = {name: np.full((t_max, n), np.nan, dtype)
+             for name in (*TRACE_FIELDS, PER_ROUND) if with_trace}
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         for t in range(t_max):
             valid = round_mask[t]
@@ -283,8 +297,8 @@ def sauce_scan_numpy(
             sum_s2 = sum_s2 + np.where(valid, s2_new, 0)
             count = count + valid
             if with_trace:
-                outs = (mu_new, s2_new, k_t, s_t, nu_t)
-                for name, value in zip(TRACE_FIELDS, outs, strict=True):
+                outs = (mu_new, s2_new, k_t, s_t, nu_t, -(sum_mu / count))
+                for name, value in zip((*TRACE_FIELDS, PER_ROUND), outs, strict=True):
                     trace[name][t] = np.where(valid, value, np.nan)
         result = _summaries((mu, sigma2, sum_mu, sum_s2, count))
     result.update(trace)
@@ -327,6 +341,43 @@ def sauce_numpy(
     params = SauceParams(lam, q, sigma2_0, mu_0)
     return sauce_scan_numpy(agreement, token_entropy, round_mask, params,
                             fields=("score",))["score"]
+
+
+@kernel_jit
+def sauce_rounds(
+    agreement: jax.Array,
+    token_entropy: jax.Array,
+    round_mask: jax.Array,
+    *,
+    lam: jax.Array | float,
+    q: jax.Array | float,
+    sigma2_0: jax.Array | float,
+    mu_0: jax.Array | float,
+) -> tuple[jax.Array, jax.Array]:
+    """:func:`sauce` and its per-round score from the same scan: ``([N] score, [T, N]
+    per-round score)``, row ``t`` the score of rounds ``0..t`` (NaN where round ``t`` is
+    masked); at each trajectory's last executed round it is the score, bit for bit."""
+    params = SauceParams(lam, q, sigma2_0, mu_0)
+    out = sauce_scan(agreement, token_entropy, round_mask, params,
+                     fields=("score", PER_ROUND))
+    return out["score"], out[PER_ROUND]
+
+
+def sauce_rounds_numpy(
+    agreement: np.ndarray,
+    token_entropy: np.ndarray,
+    round_mask: np.ndarray,
+    *,
+    lam: np.ndarray | float,
+    q: np.ndarray | float,
+    sigma2_0: np.ndarray | float,
+    mu_0: np.ndarray | float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """NumPy twin of :func:`sauce_rounds`."""
+    params = SauceParams(lam, q, sigma2_0, mu_0)
+    out = sauce_scan_numpy(agreement, token_entropy, round_mask, params,
+                           fields=("score", PER_ROUND))
+    return out["score"], out[PER_ROUND]
 
 
 def lambda_kalman_trajectory(

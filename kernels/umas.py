@@ -81,6 +81,7 @@ __all__ = [
     "PROTOCOL_KINDS",
     "SUMMARY_FIELDS",
     "TRACE_FIELDS",
+    "PER_ROUND",
     "WORD_BITS",
     "UmasCarry",
     "default_edges",
@@ -91,6 +92,8 @@ __all__ = [
     "umas_memory",
     "umas_scan",
     "umas_scan_numpy",
+    "umas_rounds",
+    "umas_rounds_numpy",
     "umas_trajectory",
 ]
 
@@ -106,6 +109,10 @@ PROTOCOL_KINDS = {"debate": DEBATE, "dylan": DYLAN}
 SUMMARY_FIELDS = ("umas", "umas_fix", "n_nodes")
 #: Names of the per-node trace outputs ``[T, N, A]`` (NaN where the node is masked).
 TRACE_FIELDS = ("c_dyn", "w")
+#: The per-round score ``[T, N]``: at a round with a valid node, ``umas`` of rounds ``0..t``
+#: (the trajectory cut after round ``t``; at the last such round, ``umas`` itself, bit for
+#: bit), NaN at rounds without one. Computed in the same scan (from the carried sums).
+PER_ROUND = "per_round"
 
 #: Up to this many agent slots the JAX kernel unrolls the ``[A, A]`` edge reduction into
 #: ``A * (A - 1)`` elementwise terms over ``[N]`` vectors (one fused pass over the batch);
@@ -377,6 +384,13 @@ def _drop_outputs(step, *args):
     return carry, None
 
 
+def _with_round_score(step, trace: bool, *args):
+    """``step`` with the score of the rounds so far added to its outputs: ``_summaries``'
+    ``-sum_dyn / count`` on the new carry (the same operations as the score)."""
+    carry, outs = step(*args)
+    return carry, (outs if trace else None, -carry.sum_dyn / carry.count)
+
+
 #: Full unrolling limits (see :func:`_default_unroll`): rounds, and ``T * A**2`` terms for
 #: the default graph and for explicit graphs.
 FULL_UNROLL_ROUNDS = 12
@@ -429,7 +443,7 @@ def _summaries(carry: UmasCarry) -> dict:
 
 
 def _select(result: dict, fields: tuple[str, ...]) -> dict:
-    unknown = set(fields) - set(SUMMARY_FIELDS) - set(TRACE_FIELDS)
+    unknown = set(fields) - set(SUMMARY_FIELDS) - set(TRACE_FIELDS) - {PER_ROUND}
     if unknown:
         raise ValueError(f"unknown UMAS output fields {sorted(unknown)}")
     return {name: result[name] for name in fields}
@@ -457,9 +471,10 @@ def umas_scan(
         ``[T, N, A]`` unsigned (``A <= 32``) or ``[T, N, A, W]`` uint32 words for any ``A``
         (:func:`pack_edges`). Predecessors absent at ``t-1`` are ignored; an empty row
         means no predecessors (``w = 1``).
-      fields: which outputs to compute (static): names from ``SUMMARY_FIELDS`` (``[N]``)
-        and ``TRACE_FIELDS`` (``[T, N, A]``, NaN where the node is masked; ``w`` is 1 for
-        nodes that start afresh). Only what is asked for is written.
+      fields: which outputs to compute (static): names from ``SUMMARY_FIELDS`` (``[N]``),
+        ``TRACE_FIELDS`` (``[T, N, A]``, NaN where the node is masked; ``w`` is 1 for
+        nodes that start afresh) and ``PER_ROUND`` (``[T, N]``). Only what is asked for is
+        written.
       self_edges: with ``edge_mask=None``, also read the agent's own node of ``t-1``.
       unroll: ``lax.scan`` unroll factor; ``None`` chooses from measured compile and run
         times (:func:`_default_unroll`: all rounds of short, narrow runs, else rolled). A
@@ -545,7 +560,10 @@ def _umas_pass(conf, node_mask, edge_mask, *, fields, self_edges, unroll) -> dic
         init = UmasCarry(jnp.zeros((n, a), dtype), jnp.zeros((n, a), bool), zero, zero, zero)
         step = _step_dense
     with_trace = any(name in TRACE_FIELDS for name in fields)
+    per_round = PER_ROUND in fields
     body = partial(step, self_edges) if with_trace else partial(_drop_outputs, step, self_edges)
+    if per_round:
+        body = partial(_with_round_score, step, with_trace, self_edges)
     carry, outs = lax.scan(
         body,
         init,
@@ -553,6 +571,10 @@ def _umas_pass(conf, node_mask, edge_mask, *, fields, self_edges, unroll) -> dic
         unroll=unroll,
     )
     result = _summaries(carry)
+    if per_round:
+        outs, rounds = outs
+        result[PER_ROUND] = jnp.where(node_mask.any(axis=2), rounds.astype(dtype),
+                                      jnp.asarray(jnp.nan, dtype))
     if with_trace:
         nan = jnp.asarray(jnp.nan, dtype)
         for name, value in zip(TRACE_FIELDS, outs, strict=True):
@@ -619,6 +641,7 @@ def umas_scan_numpy(
     count = np.zeros(n, dtype)
     with_trace = any(name in TRACE_FIELDS for name in fields)
     trace = {name: np.full((t_max, n, a), np.nan, dtype) for name in TRACE_FIELDS if with_trace}
+    rounds = np.full((t_max, n), np.nan, dtype)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         for t in range(t_max):
             c, valid = conf[t], node_mask[t]
@@ -638,12 +661,14 @@ def umas_scan_numpy(
             sum_dyn = sum_dyn + np.where(valid, c_new, 0).sum(axis=1, dtype=dtype)
             sum_c = sum_c + np.where(valid, c, 0).sum(axis=1, dtype=dtype)
             count = count + valid.sum(axis=1).astype(dtype)
+            rounds[t] = np.where(valid.any(axis=1), -sum_dyn / count, np.nan)
             if with_trace:
                 trace["c_dyn"][t] = np.where(valid, c_new, np.nan)
                 trace["w"][t] = np.where(valid, w, np.nan)
             c_dyn, active = c_new, valid
         result = _summaries(UmasCarry(c_dyn, active, sum_dyn, sum_c, count))
     result.update(trace)
+    result[PER_ROUND] = rounds
     return {k: np.asarray(v, dtype) for k, v in _select(result, fields).items()}
 
 
@@ -768,6 +793,22 @@ def umas_numpy(node_confidence: np.ndarray, node_mask: np.ndarray,
                edges: np.ndarray | None = None) -> np.ndarray:
     """NumPy twin of :func:`umas`."""
     return umas_scan_numpy(node_confidence, node_mask, edges, fields=("umas",))["umas"]
+
+
+@jax.jit
+def umas_rounds(node_confidence: jax.Array, node_mask: jax.Array,
+                edges: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+    """:func:`umas` and its per-round score ``[T, N]`` (``umas`` of the trajectory cut after
+    each round with a valid node, NaN at the others) from the same scan."""
+    out = umas_scan(node_confidence, node_mask, edges, fields=("umas", PER_ROUND))
+    return out["umas"], out[PER_ROUND]
+
+
+def umas_rounds_numpy(node_confidence: np.ndarray, node_mask: np.ndarray,
+                      edges: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """NumPy twin of :func:`umas_rounds`."""
+    out = umas_scan_numpy(node_confidence, node_mask, edges, fields=("umas", PER_ROUND))
+    return out["umas"], out[PER_ROUND]
 
 
 @jax.jit

@@ -357,7 +357,19 @@ PUBLIC = {
         "CHECKS", "SeenIds", "Skipped", "check_chunk", "check_mode", "check_reading_options",
         "check_skip_options", "structural_problems", "values_checked", "with_value_problems"},
     "fastuq.engine.pipeline": {
-        "iter_scores", "make_batch", "score_checked_chunk", "score_table", "skip_bad_rows"},
+        "iter_scores", "make_batch", "score_checked_chunk", "score_table", "skip_bad_rows",
+        # per-round scores (fastuq score --per-round)
+        "check_per_round", "per_round_list"},
+    "fastuq.kernels.baselines": {
+        "last_agreement_rounds", "last_agreement_rounds_numpy", "mean_agreement_rounds",
+        "mean_agreement_rounds_numpy", "weighted_agreement_rounds",
+        "weighted_agreement_rounds_numpy", "ROUND_PER_ROUND"},
+    "fastuq.kernels.bccs": {"PER_ROUND", "bccs_rounds", "bccs_rounds_numpy",
+                            "sauce_belief_rounds", "sauce_belief_rounds_numpy"},
+    "fastuq.kernels.umas": {"PER_ROUND", "umas_rounds", "umas_rounds_numpy"},
+    "fastuq.engine.runner": {
+        "call_kernel", "outputs_of", "prepare_estimator", "run_estimator",
+        "run_estimator_rounds"},
     "fastuq.engine.files": {"ProgressBar", "ScoreReport", "score_file"},
     "fastuq.engine.host": {
         "MMAP_THRESHOLD", "TRIM_THRESHOLD", "available_cpus", "cgroup_cpu_limit",

@@ -74,6 +74,11 @@ def add_parser(sub) -> None:
                          "process may use: its CPU affinity, capped by its cgroup CPU quota)")
     cs.add_check(sc)
     cs.add_progress(sc)
+    sc.add_argument("--per-round", action="store_true",
+                    help="also write, for every estimator whose score is defined after each "
+                         "round (sauce, sauce_belief, last/mean/weighted_agreement, bccs, umas), a "
+                         "list column <score>_per_round: the score of the debate cut after "
+                         "each executed round, the last element the score (one scan)")
     sc.add_argument("--calibration", metavar="CALIB.json",
                     help="add p_correct_<estimator> columns (in [0, 1]) from a 'fastuq "
                          "calibrate' file; refused when it was made with other estimator "
@@ -130,6 +135,8 @@ def _option_problem(args: argparse.Namespace) -> str | None:
         return "--pack applies to the local engine (--engine ray workers pack on the host)"
     if args.engine == "ray" and args.calibration is not None:
         return "--calibration applies to the local engine"
+    if args.engine == "ray" and args.per_round:
+        return "--per-round applies to the local engine"
     if args.engine == "ray" and args.processes is not None:
         return "--processes is not used with --engine ray (each worker checks its chunks)"
     if args.engine == "ray" and "stack" in _names(args.method):
@@ -138,6 +145,13 @@ def _option_problem(args: argparse.Namespace) -> str | None:
         _run_names(args.method)
     except ValueError as exc:
         return f"--method: {exc}"
+    if args.per_round:
+        from fastuq.engine.pipeline import check_per_round
+
+        try:
+            check_per_round(args.method)
+        except ValueError as exc:
+            return f"--per-round: {exc}"
     return None
 
 
@@ -294,6 +308,7 @@ def run(args: argparse.Namespace) -> int:
                     max_skip_fraction=args.max_skip_fraction, keep_scores=sample,
                     check=args.check, pack=args.pack, calibration=calibration,
                     stack=stack,
+                    per_round=args.per_round,
                 )
         except OutputError as exc:
             return cs.fail(prog, exc)

@@ -131,6 +131,14 @@ class Estimator:
       padded) or twin (``"numpy"``) allocates, as ``"module:function"`` or a callable; the
       runner refuses a chunk whose array would not fit in the device's memory before
       allocating it (``None``: no estimate).
+    per_round: ``(kernel, twin)`` of its per-round form, as ``"module:function"`` or
+      callables (``None``: it has none): the kernel's arguments, returning ``(result,
+      per_round)``, ``result`` what the kernel returns and ``per_round`` ``[T, N]`` the
+      score (the first output) of the trajectory cut after each round, from the same scan
+      (NaN where the round is masked; at the last executed round, the score's bits). Only
+      for an estimator whose inputs include ``round_mask``, or ``node_mask`` (a round with a
+      valid node is executed): the rounds a score is given for; ``fastuq score
+      --per-round`` writes it as the list column ``<first output>_per_round``.
     constraints: ``constraints(values, ids)`` -> None, raising ValueError where parameters
       that are each within their bounds do not fit together (UAAD: the weights sum to 1,
       ``risk_low < risk_high``). Called with the checked packing parameters (``ids``
@@ -151,11 +159,33 @@ class Estimator:
     description: str = ""
     constraints: Callable[[Mapping[str, Any], Sequence[str] | None], None] | None = None
     memory: str | Callable | None = None
+    per_round: tuple[str | Callable, str | Callable] | None = None
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.outputs:
             object.__setattr__(self, "outputs", (self.name,))
+        if self.per_round is not None:
+            if len(self.per_round) != 2:
+                raise ValueError(f"estimator {self.name!r}: per_round must be (kernel, twin), "
+                                 f"got {self.per_round!r}")
+            if not {"round_mask", "node_mask"} & set(self.inputs):
+                raise ValueError(f"estimator {self.name!r}: per_round needs round_mask or "
+                                 f"node_mask among its inputs (the rounds a per-round score "
+                                 f"is given for)")
+
+    def executed_rounds(self, inputs: Sequence[Any]) -> np.ndarray:
+        """``[T, N]`` bool, the rounds a per-round score is given for, from the packed
+        ``inputs`` (in ``self.inputs`` order): ``round_mask``, else the rounds with a valid
+        node of ``node_mask``."""
+        if "round_mask" in self.inputs:
+            return np.asarray(inputs[self.inputs.index("round_mask")], bool)
+        return np.asarray(inputs[self.inputs.index("node_mask")], bool).any(axis=2)
+
+    @property
+    def per_round_column(self) -> str:
+        """The per-round output column: ``<first output>_per_round``."""
+        return f"{self.outputs[0]}_per_round"
 
     @property
     def param_names(self) -> tuple[str, ...]:
@@ -180,6 +210,19 @@ class Estimator:
             spec = self.kernel if backend == "jax" else self.twin
             self._cache[backend] = _target(spec, "fastuq.kernels")
         return self._cache[backend]
+
+    def per_round_fn(self, backend: str) -> Callable:
+        """The per-round kernel for ``backend`` (``"jax"``, or ``"numpy"``: its twin),
+        imported on first use; ValueError when the estimator has none."""
+        if backend not in ("jax", "numpy"):
+            raise ValueError(f"backend must be 'jax' or 'numpy', got {backend!r}")
+        if self.per_round is None:
+            raise ValueError(f"estimator {self.name!r} has no per-round score")
+        key = ("per_round", backend)
+        if key not in self._cache:
+            spec = self.per_round[0 if backend == "jax" else 1]
+            self._cache[key] = _target(spec, "fastuq.kernels")
+        return self._cache[key]
 
     def memory_fn(self) -> Callable | None:
         """The memory estimate (``None``: none), imported on first use."""

@@ -80,6 +80,7 @@ def _score_file(
     pack: str = "auto",
     calibration=None,
     stack=None,
+    per_round: bool = False,
 ) -> ScoreReport:
     """Score every trajectory of a corpus and write ``trajectory_id`` + one float64 column
     per estimator to Parquet, in input order, atomically (nothing appears at ``output`` on
@@ -122,6 +123,10 @@ def _score_file(
         each trajectory through its protocol's map (a protocol it has no map for is a
         ValueError). Checking that the scores are made as the calibration's were is the
         caller's (:meth:`~fastuq.decisions.Calibrator.check_scoring`).
+      per_round: also write ``<score>_per_round`` (``list<double>``) for every estimator
+        whose score is defined after each round: per trajectory, the score of the trajectory
+        cut after each executed round (masked rounds dropped), the last element the score
+        bit for bit, computed in the scan that computes the score (see :func:`iter_scores`).
       stack: a fitted :class:`fastuq.evaluation.stack.Stack` (anything with its
         ``estimators`` and ``predict(scores, protocols, ids=...)``), with ``"stack"`` among
         ``methods``: the stack's input estimators are scored first (with ``params``: checking
@@ -170,17 +175,25 @@ def _score_file(
             backend=backend, chunk_rows=chunk_rows, observation_noise=observation_noise,
             on_error=on_error, skipped=skipped, math=math, processes=processes, info=info,
             check=check, batch_columns=("protocol", "correct"), pack=pack,
+            per_round=per_round,
         ):
             protos = batch.protocol(protocol) if (protocol or batch.has("protocol")) else None
             if calibration is not None:
-                scores = {**scores, **calibration.predict_proba(scores, protos, ids=batch.ids)}
+                flat = {k: v for k, v in scores.items() if isinstance(v, np.ndarray)}
+                scores = {**scores, **calibration.predict_proba(flat, protos, ids=batch.ids)}
             if stack is not None:
-                combined = stack.predict(scores, protos, ids=batch.ids)
-                scores = {**{k: v for k, v in scores.items() if k not in dropped}, **combined}
+                flat = {k: v for k, v in scores.items() if isinstance(v, np.ndarray)}
+                combined = stack.predict(flat, protos, ids=batch.ids)
+                scores = {**{k: v for k, v in scores.items()
+                             if k not in dropped and k.removesuffix("_per_round") not in dropped},
+                          **combined}
             if writer is None:
-                report.methods = tuple(scores)
+                report.methods = tuple(m for m, v in scores.items()
+                                       if isinstance(v, np.ndarray))
                 schema = pa.schema([("trajectory_id", pa.string())]
-                                   + [(m, pa.float64()) for m in scores])
+                                   + [(m, pa.float64() if isinstance(v, np.ndarray)
+                                       else pa.list_(pa.float64()))
+                                      for m, v in scores.items()])
                 writer = BackgroundWriter(_score_writer(output, schema))
             writer.write(pa.table({"trajectory_id": batch.ids.cast(pa.string()), **scores},
                                   schema=schema))
@@ -193,7 +206,8 @@ def _score_file(
                     report.protocols[name] = report.protocols.get(name, 0) + item["counts"]
             if keep_scores:
                 for m, s in scores.items():
-                    kept.setdefault(m, []).append(s)
+                    if isinstance(s, np.ndarray):  # per-round list columns are not kept
+                        kept.setdefault(m, []).append(s)
                 kept_correct.append(batch.correct())
                 if protos is not None:
                     kept_protocol.append(np.full(batch.n, protos, object)
@@ -223,8 +237,16 @@ def _score_file(
             if stack is not None:
                 names = [m for m in names if m not in dropped] + ["stack"]
             report.methods = tuple(names)
+            lists = []
+            if per_round:
+                from fastuq.engine.registry import get_estimator
+
+                lists = [get_estimator(m).per_round_column for m in method_list(methods)
+                         if m != "all" and m not in dropped
+                         and get_estimator(m).per_round is not None]
             schema = pa.schema([("trajectory_id", pa.string())]
-                               + [(m, pa.float64()) for m in names])
+                               + [(m, pa.float64()) for m in names]
+                               + [(m, pa.list_(pa.float64())) for m in lists])
             writer = _score_writer(output, schema)
         writer.close()
     except BaseException:

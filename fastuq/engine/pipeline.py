@@ -30,12 +30,61 @@ from fastuq.engine.checks import (
 )
 from fastuq.engine.methods import corpus_columns, method_list, resolve_once
 from fastuq.engine.registry import check_params, get_estimator
-from fastuq.engine.runner import run_estimator
+from fastuq.engine.runner import call_kernel, prepare_estimator, run_estimator
 from fastuq.errors import RecordError
 from fastuq.io.arrow_lists import combined
 
-__all__ = ["iter_scores", "make_batch", "score_checked_chunk", "score_table",
-           "skip_bad_rows"]
+__all__ = ["check_per_round", "iter_scores", "make_batch", "per_round_list",
+           "score_checked_chunk", "score_table", "skip_bad_rows"]
+
+
+def per_round_list(values: np.ndarray, round_mask: np.ndarray) -> pa.ListArray:
+    """A ``[T, N]`` per-round array as a ``list<double>`` array of ``N`` lists, each the
+    trajectory's values at its executed rounds (``round_mask`` true) in round order (masked
+    rounds dropped). Vectorized: one boolean gather and the offsets from a cumulative sum."""
+    values = np.asarray(values, np.float64)
+    mask = np.asarray(round_mask, bool)
+    if values.shape != mask.shape or values.ndim != 2:
+        raise ValueError(f"per-round values {values.shape} and round mask {mask.shape} must "
+                         "be the same [T, N]")
+    flat = values.T[mask.T]  # trajectory by trajectory, rounds in order
+    offsets = np.zeros(mask.shape[1] + 1, np.int64)
+    np.cumsum(mask.sum(axis=0), out=offsets[1:])
+    kind = pa.int32() if offsets[-1] < 2**31 else pa.int64()
+    make = pa.ListArray if kind == pa.int32() else pa.LargeListArray
+    out = make.from_arrays(pa.array(offsets, kind), pa.array(flat, pa.float64()))
+    return out.cast(pa.list_(pa.float64())) if make is not pa.ListArray else out
+
+
+def check_per_round(methods) -> None:
+    """Refuse ``per_round`` for named methods of which one has no per-round score (a
+    ValueError naming it and the estimators that have one); ``"all"`` passes (those with a
+    per-round score write it)."""
+    from fastuq.engine.registry import ESTIMATORS
+
+    names = method_list(methods)
+    if names == ["all"]:
+        return
+    lacking = [m for m in names if get_estimator(m).per_round is None]
+    if lacking:
+        have = [n for n, e in ESTIMATORS.items() if e.per_round is not None]
+        raise ValueError(
+            f"per-round scores: {', '.join(lacking)} {'has' if len(lacking) == 1 else 'have'}"
+            f" no per-round score (its value is not defined after each round); estimators "
+            f"with one: {', '.join(have)}")
+
+
+def _scores_of(est, inputs, out: Mapping, per_round: bool) -> dict:
+    """A kernel's outputs as score columns: float64 ``[N]``, and with ``per_round`` the
+    per-round score as a list column (:func:`per_round_list`, over the estimator's round
+    mask)."""
+    scores = {}
+    for column, values in out.items():
+        if per_round and column == est.per_round_column:
+            scores[column] = per_round_list(values, est.executed_rounds(inputs))
+        else:
+            scores[column] = np.asarray(values, np.float64)
+    return scores
 
 
 def _prefetch(iterator: Iterator, depth: int = 1, name: str = "fastuq-reader") -> Iterator:
@@ -113,10 +162,12 @@ def score_table(
     table: pa.Table, chunk, rows: np.ndarray, resolved: tuple[str, ...] | None, *,
     methods, protocol, params, dtype, backend, observation_noise, math: bool = False,
     processes: int | None = None, info: dict | None = None, pack: str = "host",
+    per_round: bool = False,
 ) -> tuple[Batch, tuple[str, ...], dict[str, np.ndarray]]:
     """Score one checked chunk: its :class:`Batch`, the methods to run (resolved on the first
     chunk, then passed back in as ``resolved``) and ``{column: float64 scores}`` of every
-    estimator. The seam that the Ray runner (:mod:`fastuq.ray`) shares with
+    estimator (with ``per_round``, also each per-round column of an estimator that has one,
+    a ``list<double>`` array). The seam that the Ray runner (:mod:`fastuq.ray`) shares with
     :func:`~fastuq.engine.scoring.score`."""
     batch = make_batch(table, chunk, rows, dtype=dtype, observation_noise=observation_noise,
                        math=math, processes=processes, pack=pack)
@@ -126,9 +177,16 @@ def score_table(
     for m in resolved:
         est = get_estimator(m)
         own = {k: v for k, v in params.items() if k in est.param_names}
-        out = run_estimator(est, batch, params=own, protocol=protocol, backend=backend)
-        for column, values in out.items():
-            scores[column] = np.asarray(values, np.float64)
+        rounds = per_round and est.per_round is not None
+        if not rounds:
+            out = run_estimator(est, batch, params=own, protocol=protocol, backend=backend)
+            scores.update(_scores_of(est, None, out, False))
+            continue
+        inputs, optional, values = prepare_estimator(est, batch, params=own,
+                                                     protocol=protocol)
+        out = call_kernel(est, inputs, optional, values, n=batch.n, dtype=batch.dtype,
+                          backend=backend, per_round=True)
+        scores.update(_scores_of(est, inputs, out, True))
     return batch, resolved, scores
 
 
@@ -192,7 +250,7 @@ def skip_bad_rows(
 
 def score_checked_chunk(
     chunk, table: pa.Table, problems, resolved: tuple[str, ...] | None, skipped: list, *,
-    backend: str, **kw,
+    backend: str, per_round: bool = False, **kw,
 ) -> tuple[tuple[Batch, dict[str, np.ndarray]] | None, tuple[str, ...] | None]:
     """Score one checked chunk under ``on_error="skip"``: its bad rows (``problems``, and
     those the vectorized input checks find) are appended to ``skipped``, then the rest is
@@ -203,7 +261,7 @@ def score_checked_chunk(
     while table.num_rows:
         try:
             batch, resolved, scores = score_table(table, chunk, rows, resolved,
-                                                  backend=backend, **kw)
+                                                  backend=backend, per_round=per_round, **kw)
         except RecordError as exc:  # a problem the vectorized checks did not foresee
             if exc.row is None:
                 raise
@@ -237,6 +295,7 @@ def iter_scores(
     extra_columns: Sequence[str] = (),
     batch_columns: Sequence[str] | None = None,
     pack: str = "auto",
+    per_round: bool = False,
 ) -> Iterator[tuple[Batch, dict[str, np.ndarray]]]:
     """Score ``source`` chunk by chunk: yields ``(batch, {method: scores [n]})`` in order.
 
@@ -277,6 +336,13 @@ def iter_scores(
         device when the kernels run on a GPU with the JAX backend, else on the host),
         ``"host"`` or ``"device"`` (see :class:`~fastuq.engine.batch.Batch`). Scores are
         bit-identical either way.
+      per_round: also yield, for every method whose score is defined after each round
+        (:attr:`~fastuq.engine.estimator.Estimator.per_round`: SAUCE, ``sauce_belief``, the
+        agreement baselines, BCCS, UMAS), the column ``<score>_per_round``: a ``list<double>``
+        array, per trajectory the score of the trajectory cut after each executed round
+        (masked rounds dropped), the last element its score bit for bit. Computed in the
+        scan that computes the score (one kernel call per chunk). A named method without a
+        per-round score is a ValueError; with ``"all"`` only those that have one write it.
     """
     from fastuq.engine.device_pack import default_dtype, resolve_pack
     from fastuq.io.readers import iter_chunks
@@ -287,6 +353,8 @@ def iter_scores(
     names = method_list(methods)
     params = {k: v for k, v in (params or {}).items() if v is not None}
     check_params(params, None if names == ["all"] else names)
+    if per_round:
+        check_per_round(methods)
     columns = corpus_columns(methods, params, source, check)
     if columns is not None and extra_columns:
         columns = sorted(set(columns) | set(extra_columns))
@@ -324,11 +392,11 @@ def iter_scores(
         for item in stream:
             if not skip:
                 batch, plans = item
-                yield batch, _run_plans(batch, plans, backend)
+                yield batch, _run_plans(batch, plans, backend, per_round)
                 continue
             chunk, table, problems = item
             done, resolved = score_checked_chunk(chunk, table, problems, resolved, skipped,
-                                                 backend=backend, **kw)
+                                                 backend=backend, per_round=per_round, **kw)
             if done is not None:
                 yield done
     finally:
@@ -385,14 +453,14 @@ def _prepared(chunks: Iterator, seen: SeenIds, *, methods, protocol, params, dty
         yield batch, plans
 
 
-def _run_plans(batch: Batch, plans: list, backend: str) -> dict[str, np.ndarray]:
-    """The kernels of prepared estimators: ``{output column: [N] float64}``."""
-    from fastuq.engine.runner import call_kernel
-
+def _run_plans(batch: Batch, plans: list, backend: str,
+               per_round: bool = False) -> dict[str, np.ndarray]:
+    """The kernels of prepared estimators: ``{output column: [N] float64}`` (and with
+    ``per_round`` each per-round column, from the same kernel call)."""
     scores = {}
     for est, (inputs, optional, values) in plans:
+        rounds = per_round and est.per_round is not None
         out = call_kernel(est, inputs, optional, values, n=batch.n, dtype=batch.dtype,
-                          backend=backend)
-        for column, v in out.items():
-            scores[column] = np.asarray(v, np.float64)
+                          backend=backend, per_round=rounds)
+        scores.update(_scores_of(est, inputs, out, rounds))
     return scores

@@ -154,15 +154,22 @@ def _kernels(module: str, name: str) -> dict[str, str]:
             "reference": f"{module}:{name}_reference"}
 
 
+def _rounds(module: str, name: str) -> tuple[str, str]:
+    """The per-round kernel and twin (``NAME_rounds``, ``NAME_rounds_numpy``)."""
+    return (f"{module}:{name}_rounds", f"{module}:{name}_rounds_numpy")
+
+
 _BUILTIN = (
     Estimator(
         name="sauce", inputs=("agreement", "token_entropy", "round_mask"),
         params=SAUCE_PARAMS, presets=SAUCE_PRESETS, **_kernels("sauce", "sauce"),
+        per_round=_rounds("sauce", "sauce"),
         description="SAUCE lambda-Kalman filter over agreement and token entropy",
     ),
     Estimator(
         name="umas", inputs=("node_confidence", "node_mask"), optional_inputs=("edges",),
         params=(CONFIDENCE,), memory="umas:umas_memory", **_kernels("umas", "umas"),
+        per_round=_rounds("umas", "umas"),
         description="UMAS trust-weighted dynamic confidence over the interaction graph",
     ),
     Estimator(
@@ -188,22 +195,26 @@ _BUILTIN = (
     Estimator(
         name="last_agreement", inputs=("agreement", "round_mask"),
         optional_inputs=("team_size",), **_kernels("baselines", "last_agreement"),
+        per_round=_rounds("baselines", "last_agreement"),
         description="minus the agreement of the last executed round",
     ),
     Estimator(
         name="mean_agreement", inputs=("agreement", "round_mask"),
         optional_inputs=("team_size",), **_kernels("baselines", "mean_agreement"),
+        per_round=_rounds("baselines", "mean_agreement"),
         description="minus the mean agreement over executed rounds",
     ),
     Estimator(
         name="weighted_agreement", inputs=("agreement", "token_entropy", "round_mask"),
         optional_inputs=("team_size",), **_kernels("baselines", "weighted_agreement"),
+        per_round=_rounds("baselines", "weighted_agreement"),
         description="minus the static precision-weighted agreement (weights 1/R_t)",
     ),
     Estimator(
         name="bccs", inputs=("answer_class", "belief", "n_agents", "round_mask"),
         params=BCCS_PARAMS, outputs=("bccs", "bccs_first_full", "bccs_leader"),
         **_kernels("bccs", "bccs"),
+        per_round=_rounds("bccs", "bccs"),
         description="BCCS: 1 - p_s p_b of the last round, support share times belief share "
                     "(a lone answering agent is not certainty; also: first full-consensus "
                     "round, last round's leader slot)",
@@ -212,6 +223,7 @@ _BUILTIN = (
         name="sauce_belief",
         inputs=("answer_class", "belief", "token_entropy", "round_mask"),
         params=SAUCE_PARAMS, presets=SAUCE_PRESETS, **_kernels("bccs", "sauce_belief"),
+        per_round=_rounds("bccs", "sauce_belief"),
         description="SAUCE filtering BCCS's belief share p_b instead of agreement",
     ),
     Estimator(

@@ -41,9 +41,11 @@ def outputs_of(est: Estimator, result) -> dict[str, np.ndarray]:
 
 
 def _apply(*arrays, estimator: str, n_inputs: int, optional: tuple[str, ...],
-           params: tuple[str, ...]):
+           params: tuple[str, ...], per_round: bool = False):
     """The registered JAX kernel of ``estimator`` on flat positional arrays (a stable
-    function of static names, so compiled per-device wrappers are cached)."""
+    function of static names, so compiled per-device wrappers are cached); with
+    ``per_round``, its per-round kernel, the ``[T, N]`` per-round score added under
+    :attr:`~fastuq.engine.estimator.Estimator.per_round_column`."""
     est = get_estimator(estimator)
     inputs = arrays[:n_inputs]
     # the shapes as this device gets them (padded; traced under shard_map): a call that
@@ -52,6 +54,9 @@ def _apply(*arrays, estimator: str, n_inputs: int, optional: tuple[str, ...],
     rest = arrays[n_inputs:]
     kw = dict(zip(optional, rest[:len(optional)], strict=True))
     kw.update(zip(params, rest[len(optional):], strict=True))
+    if per_round:
+        result, rounds = est.per_round_fn("jax")(*inputs, **kw)
+        return {**outputs_of(est, result), est.per_round_column: rounds}
     return outputs_of(est, est.kernel_fn("jax")(*inputs, **kw))
 
 
@@ -65,6 +70,7 @@ def call_kernel(
     dtype: np.dtype,
     backend: str,
     chunk_size: int = 1 << 20,
+    per_round: bool = False,
 ) -> dict[str, np.ndarray]:
     """``est``'s kernel on packed arrays: ``{output: [N]}``.
 
@@ -75,21 +81,28 @@ def call_kernel(
       params: kernel parameters, each a 0-d array or ``[N]``.
       n, dtype: trajectories and the float dtype; backend: ``"jax"`` or ``"numpy"``.
       chunk_size: the largest chunk handed to the JAX kernel (a power of two).
+      per_round: run the estimator's per-round kernel instead (ValueError when it has
+        none): the same outputs, computed by the same scan as the per-round score ``[T, N]``
+        added under ``est.per_round_column`` (NaN where the round is masked).
     """
     present = {k: v for k, v in optional.items() if v is not None}
     if backend == "numpy":  # host kernels: device-packed inputs come back unpadded
         inputs = [np.asarray(x) for x in inputs]
         check_memory(est, [x.shape for x in inputs], dtype, "numpy")
         present = {k: np.asarray(v) for k, v in present.items()}
+        if per_round:
+            result, rounds = est.per_round_fn("numpy")(*inputs, **present, **params)
+            return {**outputs_of(est, result), est.per_round_column: rounds}
         return outputs_of(est, est.kernel_fn("numpy")(*inputs, **present, **params))
-    est.kernel_fn(backend)  # checks the backend; import errors before the bucketed loop
+    # checks the backend; import errors before the bucketed loop
+    est.per_round_fn(backend) if per_round else est.kernel_fn(backend)
     batched = [(x, INPUTS[name].axis, INPUTS[name].fill)
                for name, x in zip(est.inputs, inputs, strict=True)]
     batched += [(x, INPUTS[name].axis, INPUTS[name].fill) for name, x in present.items()]
     batched += [(np.asarray(v), 0, PARAM_FILL) for v in params.values()]
     return run_bucketed(_apply, batched, n, dtype, chunk_size, estimator=est.name,
                         n_inputs=len(est.inputs), optional=tuple(present),
-                        params=tuple(params))
+                        params=tuple(params), per_round=per_round)
 
 
 def run_estimator(
@@ -133,39 +146,58 @@ def prepare_estimator(
 
 def run_estimator_rounds(
     est: Estimator, batch: Batch, *, params: Mapping[str, object], protocol: str | None,
-    backend: str, output: str | None = None,
+    backend: str, output: str | None = None, by_prefix: bool = False,
 ) -> np.ndarray:
     """``est``'s score had the debate stopped after each round: ``[T, N]`` float64, row ``t``
     the score of rounds ``0..t`` (NaN where round ``t`` did not execute).
 
-    Round ``t``'s prefix is the packed inputs with every later round set to its padding
+    An estimator with a per-round kernel (:attr:`~fastuq.engine.estimator.Estimator.
+    per_round`) gives its first output's rows from one scan over the rounds, the row of a
+    trajectory's last round bit for bit its score. Otherwise (or for another ``output``)
+    round ``t``'s prefix is the packed inputs with every later round set to its padding
     value (:data:`~fastuq.engine.inputs.INPUTS`' ``fill``: masks false, classes -1), exactly
     as a trajectory of ``t + 1`` rounds is packed, so the row of a trajectory's last round is
-    its full score. One kernel call per round.
+    its full score: one kernel call per round.
 
     Args:
       output: which output column (default: the estimator's first, its score).
+      by_prefix: one kernel call per round prefix even where a per-round kernel exists (the
+        same numbers up to the kernels' rounding; for checks and timings).
     """
     inputs, optional, values = prepare_estimator(est, batch, params=params, protocol=protocol)
-    inputs = [np.asarray(x) for x in inputs]  # cut per round on the host
-    optional = {k: None if v is None else np.asarray(v) for k, v in optional.items()}
     column = output or est.outputs[0]
     if column not in est.outputs:
         raise ValueError(f"estimator {est.name!r} has no output {column!r}; it writes "
                          f"{', '.join(est.outputs)}")
     executed = batch.rounds("agreement")[1] if batch.has("agreement") else None
+    if est.per_round is not None and column == est.outputs[0] and not by_prefix:
+        res = call_kernel(est, inputs, optional, values, n=batch.n, dtype=batch.dtype,
+                          backend=backend, per_round=True)
+        out = np.array(res[est.per_round_column], np.float64)
+    else:
+        out = _rounds_by_prefix(est, batch, inputs, optional, values, column, backend)
+    if executed is not None and executed.shape[0] == out.shape[0]:
+        out[~executed] = np.nan
+    return out
+
+
+def _rounds_by_prefix(est: Estimator, batch: Batch, inputs, optional, values, column: str,
+                      backend: str) -> np.ndarray:
+    """:func:`run_estimator_rounds` without a per-round kernel: one kernel call per round
+    prefix."""
+    inputs = [np.asarray(x) for x in inputs]  # cut per round on the host
+    optional = {k: None if v is None else np.asarray(v) for k, v in optional.items()}
     timed = [INPUTS[name].axis == 1 for name in est.inputs]
     n_t = max((x.shape[0] for x, tm in zip(inputs, timed, strict=True) if tm), default=1)
     out = np.full((n_t, batch.n), np.nan)
     for t in range(n_t):
         cut = [_prefix(x, t, INPUTS[name].fill) if tm else x
                for name, x, tm in zip(est.inputs, inputs, timed, strict=True)]
-        opt = {k: (None if v is None else _prefix(v, t, INPUTS[k].fill))
+        # only inputs with a round axis are cut (team_size is one value per trajectory)
+        opt = {k: (v if v is None or INPUTS[k].axis != 1 else _prefix(v, t, INPUTS[k].fill))
                for k, v in optional.items()}
         res = call_kernel(est, cut, opt, values, n=batch.n, dtype=batch.dtype, backend=backend)
         out[t] = np.asarray(res[column], np.float64)
-    if executed is not None and executed.shape[0] == n_t:
-        out[~executed] = np.nan
     return out
 
 

@@ -72,6 +72,7 @@ def score(
     check: str = "corpus",
     device: str | None = None,
     pack: str = "auto",
+    per_round: bool = False,
     **params: object,
 ) -> pa.Table:
     """Score a corpus in memory: a table with ``trajectory_id``, one float64 column per
@@ -81,7 +82,8 @@ def score(
     ``"gpu"`` or ``"auto"``/``None`` (JAX's default backend) for the kernels; ``dtype``
     (default: float32 on a GPU, float64 on a CPU) and ``pack`` (``"auto"``: the per-round
     inputs packed and checked on the device on a GPU, on the host otherwise) as in
-    :func:`iter_scores`."""
+    :func:`iter_scores`; ``per_round``: also a ``list<double>`` column ``<score>_per_round``
+    per estimator whose score is defined after each round (see :func:`iter_scores`)."""
     from fastuq.engine.runtime import device_scope
 
     tables = []
@@ -89,7 +91,7 @@ def score(
         for batch, scores in iter_scores(
             source, methods=methods, protocol=protocol, params=params, dtype=dtype,
             backend=backend, chunk_rows=chunk_rows, observation_noise=observation_noise,
-            math=math, check=check, pack=pack,
+            math=math, check=check, pack=pack, per_round=per_round,
         ):
             cols = {"trajectory_id": batch.ids, **scores}
             for extra in ("question_id", "protocol", "correct"):
