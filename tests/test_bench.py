@@ -240,3 +240,27 @@ def test_copy_bandwidth_and_machine_info():
         copy_bandwidth(1 << 20, threads=0)
     info = machine_info()
     assert info["cpu_count"] >= 1 and "devices" not in info and info["date"].endswith("+00:00")
+
+
+def test_the_bench_scripts_time_with_the_package_harness():
+    """bench/_common.py (every bench/ script's helpers) takes its timing, memory and floor
+    functions from fastuq/evaluation/timing.py, the file ``fastuq bench`` uses: one harness,
+    so the scripts' medians and floors are the command's."""
+    import importlib.util
+    from pathlib import Path
+
+    import fastuq.evaluation.timing as timing
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("_bench_common", root / "bench" / "_common.py")
+    common = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(common)
+    for name in ("time_calls", "median", "rss_bytes", "peak_rss_bytes", "reset_peak_rss",
+                 "copy_bandwidth", "fmt_si", "fmt_num", "markdown_table"):
+        fn = getattr(common, name)
+        assert Path(fn.__code__.co_filename).resolve() == Path(timing.__file__).resolve(), name
+    info = common.machine_info()
+    assert "git_commit" in info and "loadavg_start" in info
+    calls = []
+    times = common.time_calls(lambda: calls.append(1), 3, warmup=2)
+    assert len(times) == 3 and len(calls) == 5
