@@ -264,3 +264,57 @@ def test_the_bench_scripts_time_with_the_package_harness():
     calls = []
     times = common.time_calls(lambda: calls.append(1), 3, warmup=2)
     assert len(times) == 3 and len(calls) == 5
+
+
+# ------------------------------------------------------------------- --corpus: the stages
+
+
+def test_corpus_stages_add_up_and_cover_every_chunk(tmp_path):
+    import pyarrow.parquet as pq
+
+    from fastuq.evaluation.bench_corpus import STAGES, corpus_stages, stages_table
+    from fastuq.synth import corpus
+
+    path = tmp_path / "c.parquet"
+    pq.write_table(corpus(2_500, protocol="mixed", seed=4), path)
+    data = corpus_stages(path, "sauce,msp_final,last_agreement", dtype="float64",
+                         chunk_rows=1_000)
+    assert (data["n"], data["chunks"]) == (2_500, 3)
+    assert data["methods"] == ["sauce", "msp_final", "last_agreement"]
+    assert list(data["stages"]) == list(STAGES)
+    assert all(v >= 0 for v in data["stages"].values()) and data["compile_s"] > 0
+    assert data["total_s"] == pytest.approx(sum(data["stages"].values()), rel=1e-12)
+    assert sum(data["share"].values()) == pytest.approx(1.0, rel=1e-12)
+    assert data["traj_per_s"] == pytest.approx(2_500 / data["total_s"], rel=1e-12)
+    assert list(data["kernel_s"]) == data["methods"]
+    assert sum(data["kernel_s"].values()) == pytest.approx(data["stages"]["kernel"], rel=1e-9)
+    text = stages_table(data)
+    for stage in STAGES:
+        assert any(line.split()[:1] == [stage] for line in text.splitlines()), stage
+
+
+def test_corpus_option_through_the_command(tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [{"trajectory_id": f"r{k}", "protocol": "debate", "n_agents": 3, "correct": True,
+             "agreement": [1.5, 1.0] if k == 7 else [1 / 3, 2 / 3],
+             "token_entropy": [0.2, 0.3]} for k in range(10)]
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), bad)
+    assert main(["bench", "--corpus", str(bad), "--method", "sauce"]) == 2
+    assert ("trajectory 'r7' (" in (err := capsys.readouterr().err)
+            and "round 0: agreement = 1.5" in err)
+    # options of the simulated run would be ignored: refused
+    assert main(["bench", "--corpus", str(bad), "--rounds", "4"]) == 2
+    assert "--rounds would be ignored" in capsys.readouterr().err
+    assert main(["bench", "--corpus", str(tmp_path / "none.parquet")]) == 2
+    good = tmp_path / "good.parquet"
+    del rows[7]
+    pq.write_table(pa.Table.from_pylist(rows), good)
+    out = tmp_path / "stages.json"
+    assert main(["bench", "--corpus", str(good), "--method", "sauce,mean_agreement",
+                 "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["kind"] == "fastuq bench --corpus" and data["n"] == 9
+    assert "cpu_model" in data["machine"] and data["methods"] == ["sauce", "mean_agreement"]

@@ -323,6 +323,7 @@ PUBLIC = {
         "AGREE_TOL", "BASE_ROWS", "HEADERS", "bench_estimator", "bench_rows", "bench_table",
         "load_bench", "machine_line", "parse_counts", "run_bench", "simulated_batch",
         "simulated_inputs", "stderr_progress"},
+    "fastuq.evaluation.bench_corpus": {"STAGES", "corpus_stages", "stages_table"},
     "fastuq.evaluation.timing": {
         "copy_bandwidth", "device_copy_bandwidth", "fmt_num", "fmt_si", "machine_info",
         "markdown_table", "median", "peak_rss_bytes", "reset_peak_rss", "rss_bytes",

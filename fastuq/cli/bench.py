@@ -37,28 +37,44 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--method", default="all",
                    help="estimators, comma-separated, or 'all' (default: every registered one)")
-    p.add_argument("--n", default="1e6", metavar="N[,N...]",
+    p.add_argument("--n", default=None, metavar="N[,N...]",
                    help="trajectories per run, comma-separated (default 1e6)")
-    p.add_argument("--rounds", default="3", metavar="T[,T...]",
+    p.add_argument("--rounds", default=None, metavar="T[,T...]",
                    help="debate rounds, comma-separated (default 3)")
-    p.add_argument("--agents", default="3", metavar="A[,A...]",
+    p.add_argument("--agents", default=None, metavar="A[,A...]",
                    help="agents per round, comma-separated (default 3)")
     cs.add_dtype(p, "float32", "kernel precision (default float32)")
     cs.add_device(p)
-    p.add_argument("--repeats", type=positive_int, default=5,
+    p.add_argument("--repeats", type=positive_int, default=None,
                    help="timed kernel calls after the first (default 5; the twin: up to 3)")
-    p.add_argument("--subsample", type=int, default=200, metavar="K",
+    p.add_argument("--subsample", type=int, default=None, metavar="K",
                    help="trajectories the per-trajectory reference scores (default 200; 0: "
                         "none)")
     p.add_argument("--no-twin", action="store_true", help="do not time the NumPy twins")
     p.add_argument("--json", metavar="OUT.json",
                    help="also write every number, the machine, versions, load and date as JSON")
     p.add_argument("--markdown", action="store_true", help="print a markdown table")
+    p.add_argument("--corpus", metavar="FILE",
+                   help="instead of simulated inputs: score this corpus serially and time each "
+                        "stage (read and decode, check, pack, kernel, write) with its share")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``fastuq bench``; returns the exit status."""
     prog = "fastuq bench"
+    simulated = {"--n": args.n, "--rounds": args.rounds, "--agents": args.agents,
+                 "--repeats": args.repeats, "--subsample": args.subsample,
+                 "--no-twin": args.no_twin or None}
+    if args.corpus:
+        given = [k for k, v in simulated.items() if v is not None]
+        if given:
+            return cs.fail(prog, f"{', '.join(given)} would be ignored: --corpus times the "
+                                 "corpus as it is (its own trajectories, rounds and agents)")
+    args.n = args.n or "1e6"
+    args.rounds = args.rounds or "3"
+    args.agents = args.agents or "3"
+    args.repeats = args.repeats or 5
+    args.subsample = 200 if args.subsample is None else args.subsample
     try:
         from fastuq.evaluation.bench import parse_counts
 
@@ -71,13 +87,17 @@ def run(args: argparse.Namespace) -> int:
             from fastuq.io.writers import check_outputs
 
             check_outputs([], [("--json", Path(args.json), "json")])
+        if args.corpus and not Path(args.corpus).exists():
+            raise FileNotFoundError(f"no such corpus: {args.corpus}")
         from fastuq.engine.registry import get_estimator
 
         if args.method != "all":
             for name in args.method.split(","):
                 get_estimator(name.strip())
-    except ValueError as exc:
+    except (ValueError, FileNotFoundError) as exc:
         return cs.fail(prog, exc)
+    if args.corpus:
+        return _corpus(prog, args)
     from fastuq.engine.host import use_cpu_devices
     from fastuq.evaluation.bench import bench_table, run_bench, stderr_progress
 
@@ -106,4 +126,35 @@ def run(args: argparse.Namespace) -> int:
             problems.append(f"kernel and reference disagree for {', '.join(sorted(set(wrong)))}"
                             f" (first: {mismatch})")
         return cs.fail(prog, "; ".join(problems), 1)
+    return 0
+
+
+def _corpus(prog: str, args: argparse.Namespace) -> int:
+    """``--corpus FILE``: the corpus scored serially, stage by stage."""
+    from fastuq.engine.host import use_cpu_devices
+    from fastuq.evaluation.bench import stderr_progress
+    from fastuq.evaluation.bench_corpus import STAGES, corpus_stages, stages_table
+    from fastuq.evaluation.timing import machine_info, markdown_table
+
+    use_cpu_devices(None, strict=False)
+    try:
+        data = corpus_stages(args.corpus, args.method, dtype=args.dtype,
+                             progress=stderr_progress)
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        return cs.fail(prog, exc)
+    if args.markdown:
+        print(markdown_table(["stage", "seconds", "share"], [
+            [s, f"{data['stages'][s]:.4f}", f"{100 * data['share'][s]:.1f}%"]
+            for s in STAGES]))
+    else:
+        print(stages_table(data))
+    if args.json:
+        from fastuq.io.writers import atomic_write_json
+
+        try:
+            atomic_write_json(args.json, {"kind": "fastuq bench --corpus",
+                                          "machine": machine_info(devices=True), **data})
+        except OSError as exc:
+            return cs.fail(prog, exc, 1)
+        print(f"{prog}: wrote {args.json}", file=sys.stderr)
     return 0
