@@ -4,16 +4,15 @@ Not a test module and not part of the package: each benchmark script runs as
 ``python bench/bench_NAME.py`` from the repository root and imports this file from its own
 directory. What is here:
 
-* **timing** -- :func:`time_calls` (median-friendly repeats after warm-up) and
-  :func:`median`;
-* **memory** -- :func:`rss_bytes`, :func:`reset_peak_rss` and :func:`peak_rss_bytes`, so a
-  worker can report the peak RSS of one phase (``ru_maxrss`` reset through
-  ``/proc/self/clear_refs`` on Linux) minus its RSS before that phase;
+* **timing, memory, the floor** -- the package's harness, ``fastuq/evaluation/timing.py``
+  (which ``fastuq bench`` uses), re-exported: :func:`time_calls` (repeats after warm-up),
+  :func:`median`, :func:`rss_bytes` / :func:`reset_peak_rss` / :func:`peak_rss_bytes` (the
+  peak RSS of one phase, ``VmHWM`` reset through ``/proc/self/clear_refs`` on Linux) and
+  :func:`copy_bandwidth`, the speed of a large ``np.copyto`` measured in the same run as the
+  kernels it bounds;
 * **isolation** -- :func:`run_worker` / :func:`worker_main`: every configuration runs in a
   fresh Python subprocess (its own peak RSS, its own XLA device count) and hands back one
   JSON object;
-* **the memory-bandwidth floor** -- :func:`copy_bandwidth`, the speed of a large
-  ``np.copyto`` measured in the same run as the kernels it bounds;
 * **reporting** -- :func:`machine_info`, :func:`markdown_table`, :func:`fmt_si`,
   :func:`write_json` and :func:`replace_section` (rewrite one marked section of
   ``bench/README.md``, leaving the other benchmarks' sections alone).
@@ -21,16 +20,11 @@ directory. What is here:
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import os
-import platform
-import resource
 import subprocess
 import sys
-import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,65 +41,30 @@ RESULT_TAG = "@@BENCH_RESULT@@ "
 # ----------------------------------------------------------------------------- timing
 
 
-def time_calls(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> list[float]:
-    """Wall-clock seconds of ``repeats`` calls of ``fn()`` after ``warmup`` untimed calls.
+def _package_timing():
+    """The package's timing harness, ``fastuq/evaluation/timing.py`` of this checkout, loaded
+    from its file: the numbers of these scripts and of ``fastuq bench`` come from one harness,
+    and a worker that runs an older fastuq under ``--baseline`` (``PYTHONPATH``) still gets
+    it (the module imports only the standard library and NumPy)."""
+    import importlib.util
 
-    ``fn`` must finish its work before returning (``block_until_ready`` for JAX).
-    """
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return times
-
-
-def median(values: Sequence[float]) -> float:
-    return float(np.median(np.asarray(values, dtype=float))) if len(values) else float("nan")
+    path = REPO_ROOT / "fastuq" / "evaluation" / "timing.py"
+    spec = importlib.util.spec_from_file_location("_fastuq_bench_timing", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-# ----------------------------------------------------------------------------- memory
-
-
-def rss_bytes() -> int:
-    """Current resident set size of this process, in bytes (Linux ``/proc``; else peak)."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return peak_rss_bytes()
-
-
-def peak_rss_bytes() -> int:
-    """Peak RSS of this process in bytes: ``VmHWM`` from ``/proc/self/status`` on Linux (the
-    high-water mark that :func:`reset_peak_rss` resets), else ``ru_maxrss``. ``ru_maxrss``
-    alone is not used on Linux: it carries over from the parent across fork and exec, so a
-    small worker started by a large driver would report the driver's peak."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak) * (1 if sys.platform == "darwin" else 1024)
-
-
-def reset_peak_rss() -> bool:
-    """Reset the peak RSS (``VmHWM``) to the current RSS; False if unsupported.
-
-    Linux >= 4.0: writing ``5`` to ``/proc/self/clear_refs`` resets the high-water mark, so
-    a phase's peak can be read without the spikes of the phases before it.
-    """
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        return False
-    return True
+_timing = _package_timing()
+time_calls = _timing.time_calls
+median = _timing.median
+rss_bytes = _timing.rss_bytes
+peak_rss_bytes = _timing.peak_rss_bytes
+reset_peak_rss = _timing.reset_peak_rss
+copy_bandwidth = _timing.copy_bandwidth
+fmt_si = _timing.fmt_si
+fmt_num = _timing.fmt_num
+markdown_table = _timing.markdown_table
 
 
 # ----------------------------------------------------------------------------- isolation
@@ -145,92 +104,14 @@ def emit_result(result: dict[str, Any]) -> None:
     print(RESULT_TAG + json.dumps(result, default=_plain), flush=True)
 
 
-# ----------------------------------------------------------------------------- bandwidth
-
-
-def copy_bandwidth(
-    nbytes: int = 512 * 2**20, repeats: int = 7, threads: int = 1
-) -> dict[str, Any]:
-    """Memory bandwidth from a large ``np.copyto`` (median of ``repeats``).
-
-    A copy of S bytes reads S and writes S, so ``bytes_per_s = 2 * S / median_time``: the
-    same bookkeeping as a kernel's floor, ``(bytes read + bytes written) / bytes_per_s``.
-    With ``threads > 1`` the copy is split into that many slices copied concurrently
-    (``np.copyto`` releases the GIL), which shows what several cores can pull.
-    """
-    n = nbytes // 8
-    src = np.arange(n, dtype=np.float64)
-    dst = np.empty_like(src)
-    dst.fill(0.0)  # fault the pages in before timing
-    bounds = np.linspace(0, n, threads + 1).astype(int)
-
-    def copy_slice(k: int) -> None:
-        np.copyto(dst[bounds[k]:bounds[k + 1]], src[bounds[k]:bounds[k + 1]])
-
-    def copy_all() -> None:
-        if threads == 1:
-            np.copyto(dst, src)
-            return
-        workers = [threading.Thread(target=copy_slice, args=(k,)) for k in range(threads)]
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-
-    times = time_calls(copy_all, repeats, warmup=1)
-    t = median(times)
-    return {
-        "array_bytes": n * 8,
-        "threads": threads,
-        "times_s": times,
-        "median_s": t,
-        "bytes_per_s": 2 * n * 8 / t,
-    }
-
-
 # ----------------------------------------------------------------------------- reporting
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def machine_info() -> dict[str, Any]:
-    """Machine, library versions and date for a results file (does not import JAX)."""
-    info: dict[str, Any] = {
-        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "cpu_count": os.cpu_count(),
-        "cpu_model": _cpu_model(),
-        "numpy": np.__version__,
-    }
-    try:
-        info["affinity_cpus"] = len(os.sched_getaffinity(0))
-    except AttributeError:
-        pass
-    try:
-        info["mem_total_bytes"] = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        pass
-    try:
-        info["loadavg_start"] = list(os.getloadavg())
-    except OSError:
-        pass
-    from importlib import metadata
-
-    for pkg in ("jax", "jaxlib", "fastuq"):
-        try:
-            info[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            info[pkg] = None
+    """Machine, library versions, load average and date for a results file (the package's
+    :func:`fastuq.evaluation.timing.machine_info`, without JAX), and this checkout's
+    ``git_commit``."""
+    info = _timing.machine_info()
     try:
         info["git_commit"] = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -241,40 +122,10 @@ def machine_info() -> dict[str, Any]:
     return info
 
 
-def fmt_si(value: float, digits: int = 3) -> str:
-    """``12300000 -> '12.3M'``; NaN/None -> an em dash."""
-    if value is None or not np.isfinite(value):
-        return "—"
-    for scale, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= scale:
-            return f"{value / scale:.{digits}g}{suffix}"
-    return f"{value:.{digits}g}"
-
-
-def fmt_num(value: float | None, digits: int = 3) -> str:
-    """A number to ``digits`` significant figures without exponent clutter; None -> dash."""
-    if value is None or not np.isfinite(value):
-        return "—"
-    if abs(value) >= 10 ** digits:
-        return f"{value:,.0f}"
-    return f"{value:.{digits}g}"
-
-
 def fmt_count(n: int) -> str:
     """``10000000 -> '1e7'`` for powers of ten, else grouped digits."""
     exp = int(round(np.log10(n))) if n > 0 else 0
     return f"1e{exp}" if n == 10 ** exp else f"{n:,}"
-
-
-def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]],
-                   align: Sequence[str] | None = None) -> str:
-    """A GitHub markdown table; ``align`` per column: ``"l"`` or ``"r"`` (default ``"r"``
-    except the first column)."""
-    align = align or ["l"] + ["r"] * (len(headers) - 1)
-    sep = ["---:" if a == "r" else ":---" for a in align]
-    lines = ["| " + " | ".join(map(str, headers)) + " |", "| " + " | ".join(sep) + " |"]
-    lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def _plain(value: Any) -> Any:

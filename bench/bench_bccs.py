@@ -148,9 +148,7 @@ def bench_shape(jax, n: int, t_max: int, a: int, repeats: int, floor_bps: float,
     times: dict[str, list[float]] = {label: [] for label in methods}
     for _ in range(repeats):  # interleaved: each repeat runs every method once
         for label, (fn, _count, _dtype) in methods.items():
-            start = time.perf_counter()
-            fn()
-            times[label].append(time.perf_counter() - start)
+            times[label] += bc.time_calls(fn, 1, warmup=0)  # the package's harness
     sauce_label = next(k for k in methods if k.startswith("SAUCE"))
     sauce_rate = n / bc.median(times[sauce_label])
     rows = []

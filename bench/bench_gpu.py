@@ -35,6 +35,9 @@ What is measured (full sizes; ``--quick`` divides N by 1000 and grids by 4):
   then ``fastuq.score_file`` SAUCE end to end with ``pack="host"`` and ``"device"`` (scores
   compared bit for bit). Runs on a CPU too (``--only pack``): there device packing is the
   same work through XLA, which is why ``pack="auto"`` keeps the host on a CPU;
+* ``estimators``: ``fastuq bench`` (``fastuq.evaluation.bench.run_bench``) on the device:
+  every registered estimator at N = 1e6, T = 3, A = 3, float32, against the device copy
+  bandwidth, with the per-trajectory reference's agreement;
 * ``tests``: ``pytest -p no:cacheprovider`` on the installed package, its summary line.
 """
 
@@ -56,13 +59,11 @@ REPO = HERE.parent
 
 
 def _median_time(fn, repeats: int) -> float:
-    fn()  # warm-up (compilation)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+    """The median of ``repeats`` calls after a warm-up (compiling) call: the package's
+    harness (``fastuq.evaluation.timing``, which ``fastuq bench`` uses)."""
+    from fastuq.evaluation.timing import median, time_calls
+
+    return median(time_calls(fn, repeats, warmup=1))
 
 
 def _block(x):
@@ -72,10 +73,23 @@ def _block(x):
 
 
 def bench_copy(jax, jnp, n_bytes: int, repeats: int) -> dict[str, Any]:
-    x = jnp.ones(n_bytes // 4, jnp.float32)
-    copy = jax.jit(lambda a: a + jnp.float32(0))  # one read and one write per element
-    t = _median_time(lambda: _block(copy(x)), repeats)
-    return {"bytes": n_bytes, "s": t, "bytes_per_s": 2 * n_bytes / t}
+    """The device copy bandwidth: ``fastuq bench``'s floor
+    (``fastuq.evaluation.timing.device_copy_bandwidth``, a jitted ``a + 0`` over float32,
+    one read and one write per element)."""
+    from fastuq.evaluation.timing import device_copy_bandwidth
+
+    c = device_copy_bandwidth(n_bytes, repeats)
+    return {"bytes": c["array_bytes"], "s": c["median_s"], "bytes_per_s": c["bytes_per_s"]}
+
+
+def bench_estimators(n: int, repeats: int) -> dict[str, Any]:
+    """``fastuq bench`` on the device: every registered estimator at N, T = 3, A = 3,
+    float32 (the results file's dict: machine, bandwidth, settings, results)."""
+    from fastuq.evaluation.bench import run_bench
+
+    return run_bench("all", n=(n,), rounds=(3,), agents=(3,), dtype="float32",
+                     repeats=repeats, subsample=200,
+                     progress=lambda line: print(f"estimators: {line}", flush=True))
 
 
 def bench_sauce(jax, jnp, n: int, t_max: int, repeats: int, bw: float) -> dict[str, Any]:
@@ -288,6 +302,15 @@ def render(data: dict[str, Any]) -> str:
         row(f"`score_file` SAUCE, pack host / device, N = {s['n']:.0e}",
             f"{s['score_host_s']:.2f} s / {s['score_device_s']:.2f} s (bits identical: "
             f"{s['score_identical']})", "identical")
+    for e in (r.get("estimators") or {}).get("results", []):
+        if "error" in e:
+            row(f"`fastuq bench` {e['method']}", f"not run: {e['error']}", "")
+            continue
+        row(f"`fastuq bench` {e['method']}, N = {e['n']:.0e}, T = {e['rounds']}, "
+            f"A = {e['agents']}, {e['dtype']}",
+            f"{e['median_s'] * 1e3:.2f} ms, {e['traj_per_s']:.3g} traj/s, "
+            f"{e['floor_ratio']:.1f}x floor, reference agrees: {e['reference_agrees']}",
+            "agrees")
     if "tests" in r:
         row("test suite", f"{r['tests']['summary']} ({r['tests']['s']:.0f} s)", "passes")
     head = (f"{data['device']}, JAX {data['jax']}, {data['date']}, command `{data['command']}`"
@@ -302,7 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=None)
     p.add_argument("--no-tests", action="store_true", help="skip the test suite")
     p.add_argument("--only", default=None,
-                   help="comma list of copy,sauce,umas,sauce_batch,sweep,score,pack,tests")
+                   help="comma list of copy,sauce,umas,sauce_batch,sweep,score,pack,"
+                        "estimators,tests")
     args = p.parse_args(argv)
     only = set(args.only.split(",")) if args.only else None
     k = 1000 if args.quick else 1
@@ -351,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
             steps.append(("sweeps", sweeps))
         if want("score"):
             steps.append(("score", lambda: bench_score(10_000_000 // k, repeats, Path(tmp))))
+        if want("estimators"):  # fastuq bench: every registered estimator
+            steps.append(("estimators", lambda: bench_estimators(1_000_000 // k, repeats)))
         if want("pack"):
             steps.append(("pack", lambda: bench_pack(1_000_000 // (10 if args.quick else 1),
                                                      repeats, Path(tmp))))

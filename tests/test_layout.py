@@ -323,6 +323,16 @@ PUBLIC = {
                                 "is_stack_file"},
     "fastuq.metrics.logistic": {"LogisticModel", "logistic_fit", "standardise"},
     "fastuq.selection": {"best_of_k", "select_best"},
+    # fastuq bench and the timing harness the bench/ scripts share
+    "fastuq.evaluation.bench": {
+        "AGREE_TOL", "BASE_ROWS", "HEADERS", "bench_estimator", "bench_rows", "bench_table",
+        "load_bench", "machine_line", "parse_counts", "run_bench", "simulated_batch",
+        "simulated_inputs", "stderr_progress"},
+    "fastuq.evaluation.bench_corpus": {"STAGES", "corpus_stages", "stages_table"},
+    "fastuq.evaluation.timing": {
+        "copy_bandwidth", "device_copy_bandwidth", "fmt_num", "fmt_si", "machine_info",
+        "markdown_table", "median", "peak_rss_bytes", "reset_peak_rss", "rss_bytes",
+        "time_calls"},
     "fastuq.errors": {"RecordError", "TooManySkipped"},
     # the capability subpackages (added with them)
     "fastuq.decisions": {

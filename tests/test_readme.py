@@ -163,6 +163,7 @@ PLACEHOLDERS: dict[str, str] = {
     "log.jsonl": "4 records in the layout the README's TOML block maps",
     "calib.json": "fastuq calibrate corpus.parquet --method sauce,bccs -o calib.json",
     "stack.json": "fastuq fit --stack corpus.parquet --bootstrap 50 -o stack.json",
+    "bench.json": "fastuq bench --method sauce,msp_final --n 1000 --json bench.json",
 }
 
 #: Names the README's Python snippets leave to the reader, defined before each snippet.
@@ -253,6 +254,7 @@ def base_folder(tmp_path_factory) -> Path:
         _run(["fit", "corpus.parquet", "--steps", "30", "-o", "params.json"])
         _run(["calibrate", "corpus.parquet", "--method", "sauce,bccs", "-o", "calib.json"])
         _run(["fit", "--stack", "corpus.parquet", "--bootstrap", "50", "-o", "stack.json"])
+        _run(["bench", "--method", "sauce,msp_final", "--n", "1000", "--json", "bench.json"])
         _run(["gate", "calibrate", "corpus.parquet", "--score", "sauce", "--by", "protocol",
               "-o", "gate.json"])
         sc = self_consistency_corpus(300, seed=0)
@@ -452,6 +454,7 @@ INLINE: dict[str, list[list[str]] | str] = {
     "fastuq replay CORPUS --policy fixed,uaad,trace:sauce --plot r.png":
         [["replay", "corpus.parquet", "--policy", "fixed,uaad,trace:sauce", "--plot", "r.png"]],
     "fastuq report CORPUS -o report.html": "fastuq report corpus.parquet -o report.html",
+    "fastuq bench --n 1e4 --json bench.json": [["bench", "--n", "1e4", "--json", "bench.json"]],
     "fastuq calibrate CORPUS --method sauce -o calib.json":
         [["calibrate", "corpus.parquet", "--method", "sauce", "-o", "calib.json"]],
     "fastuq --version": [["--version"]],
@@ -496,6 +499,7 @@ MENTIONS: frozenset[str] = frozenset({
     "fastuq COMMAND --help", "fastuq calibrate", "fastuq score ... --calibration calib.json",
     "fastuq report ... --calibration calib.json",
     "fastuq score --method stack --params stack.json", "fastuq fit --stack -o",
+    "fastuq bench", "fastuq bench --json",
 })
 
 

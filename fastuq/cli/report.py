@@ -56,6 +56,9 @@ def add_parser(sub) -> None:
     p.add_argument("--calibration", metavar="CALIB.json",
                    help="a 'fastuq calibrate' file: add its metrics on this corpus beside its "
                         "held-out ones and reliability diagrams before and after")
+    p.add_argument("--bench", metavar="BENCH.json",
+                   help="a 'fastuq bench --json' results file: add its table (every "
+                        "estimator's cost on the machine that ran it)")
     p.add_argument("--chunk-rows", type=positive_int, default=1 << 18,
                    help="records per chunk when reading (default 262144)")
     sw = p.add_argument_group("sweep (a SAUCE parameter grid and its heatmap)")
@@ -121,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if not out.name.lower().endswith((".html", ".htm")):
         return cs.fail(prog, f"cannot write {out}: a report is HTML; name it {out.stem}.html")
-    rc = cli_check_outputs(prog, [source, args.params, args.calibration], [("-o", out, None)])
+    rc = cli_check_outputs(prog, [source, args.params, args.calibration, args.bench],
+                           [("-o", out, None)])
     if rc is not None:
         return rc
     try:
@@ -141,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
             observation_noise=args.observation_noise, dtype=args.dtype, backend=args.backend,
             chunk_rows=args.chunk_rows, check=args.check, sweep_grid=grid,
             sweep_metric=args.sweep_metric, sweep_log=logs, sweep_folds=args.sweep_folds,
-            calibration=args.calibration,
+            calibration=args.calibration, bench=args.bench,
         )
     except (ValueError, TypeError, FileNotFoundError, ImportError) as exc:
         return cs.fail(prog, exc)

@@ -308,6 +308,7 @@ def build_report(
     sweep_folds: int | None = None,
     sweep_dtype: str = "float32",
     calibration: Any = None,
+    bench: str | os.PathLike | Mapping[str, Any] | None = None,
 ) -> Report:
     """Score ``corpus``, evaluate every estimator pooled and per protocol, and draw the plots.
 
@@ -340,6 +341,8 @@ def build_report(
         metrics on this corpus beside its held-out ones, reliability before and after).
         ValueError when it calibrates an estimator not scored, was made with other
         parameters, lacks a protocol of the corpus or is of another fastuq major version.
+      bench: a ``fastuq bench --json`` results file (or its loaded dict): adds its table
+        (the estimators' cost on the machine that ran it). ValueError when it is not one.
 
     Returns:
       a :class:`Report`.
@@ -354,6 +357,10 @@ def build_report(
     from fastuq.engine.pipeline import iter_scores
     from fastuq.evaluation.tables import evaluation_tables
 
+    if bench is not None:  # checked before any work
+        from fastuq.evaluation.bench import load_bench
+
+        bench = load_bench(bench)
     if plots:
         from fastuq.evaluation.plots import agg_figure
 
@@ -476,6 +483,7 @@ def build_report(
         settings=settings,
         created=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         calibration=calibrated,
+        bench=bench,
     )
 
 

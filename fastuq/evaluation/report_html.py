@@ -128,6 +128,8 @@ class Report:
     sweep: the :class:`SweepSection`, when a grid was given.
     calibration: the :class:`CalibrationSection`, when a calibration file was applied.
     settings: how the corpus was scored (dtype, backend, observation noise, parameters).
+    bench: a ``fastuq bench --json`` results file (:func:`fastuq.evaluation.bench.load_bench`)
+      whose table the page shows, or ``None``.
     """
 
     corpus: str
@@ -143,6 +145,7 @@ class Report:
     settings: dict[str, Any] = field(default_factory=dict)
     created: str = ""
     calibration: CalibrationSection | None = None
+    bench: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Every number of the page, fractions in full precision, NaN as ``None``: the keys
@@ -168,6 +171,7 @@ class Report:
             "sweep": None if self.sweep is None else self.sweep.to_dict(),
             "settings": _clean(self.settings),
             "calibration": None if self.calibration is None else self.calibration.to_dict(),
+            "bench": None if self.bench is None else _clean(self.bench),
         }
 
     def html(self) -> str:
@@ -342,6 +346,21 @@ def _sweep_html(report: Report) -> str:
             f"<ul>{''.join(lines)}</ul>{_figure_html(sw.figure)}</section>")
 
 
+def _bench_html(data: Mapping[str, Any]) -> str:
+    """The estimator-cost section: the ``fastuq bench`` table and the machine it ran on."""
+    from fastuq.evaluation.bench import HEADERS, bench_rows, machine_line
+
+    head = "".join(f"<th>{_e(h)}</th>" for h in HEADERS)
+    rows = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>"
+                   for row in bench_rows(data))
+    return ('<section id="bench"><h2>Estimator cost on this machine</h2>'
+            f'<p class="note">fastuq bench: {_e(machine_line(data))}. Median of repeated '
+            "calls after the compiling one; the floor is the bytes each call reads and writes "
+            "over the copy bandwidth measured in the same run; the reference is the "
+            "per-trajectory Python definition on a subsample.</p>"
+            f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></section>")
+
+
 def _calibration_html(report: Report) -> str:
     """The calibration section: the table of metrics here and held out, and per estimator
     the reliability diagrams before and after."""
@@ -429,6 +448,8 @@ def render_html(report: Report) -> str:
         body.append(_calibration_html(report))
     if report.sweep is not None:
         body.append(_sweep_html(report))
+    if report.bench is not None:
+        body.append(_bench_html(report.bench))
     defs = "".join(f"<li>{_e(t)}</li>" for t in _METRIC_TEXT.values())
     body.append('<section id="definitions"><h2>What the numbers are</h2><ul class="note">'
                 f"{defs}<li>Scores are uncertainties: higher means less likely correct. "
