@@ -41,6 +41,7 @@ COMMANDS: dict[str, str] = {
     "calibrate": "fastuq.cli.calibrate",
     "replay": "fastuq.cli.replay",
     "report": "fastuq.cli.report",
+    "pack": "fastuq.cli.pack",
 }
 
 
