@@ -318,7 +318,12 @@ PUBLIC = {
         "read_scores", "read_skipped", "reliability_bins", "round_like", "table_records",
         "write_plots"},
     "fastuq.selection": {"best_of_k", "select_best"},
-    "fastuq.errors": {"RecordError", "TooManySkipped"},
+    "fastuq.errors": {"PackError", "RecordError", "TooManySkipped"},
+    # the packed corpus (fastuq pack)
+    "fastuq.engine.packed": {"PackedBatch", "check_pack", "pack_corpus", "pack_source_files"},
+    "fastuq.io.packfile": {
+        "MANIFEST", "PACK_PREFIX", "PACK_SCHEMA_VERSION", "PackedArrays", "PackedChunk",
+        "file_sha256", "is_pack", "open_pack", "pack_chunks", "read_chunk_table"},
     # the capability subpackages (added with them)
     "fastuq.decisions": {
         "POLICIES", "Gate", "GateCalibration", "Outcomes", "Policy", "ReplayResult",

@@ -157,7 +157,8 @@ def pack_corpus(
       ValueError (a RecordError): a record that fails a check, naming the source, row,
         trajectory and field; nothing is written then.
     """
-    from fastuq import __version__
+    from importlib import metadata
+
     from fastuq.engine.checks import SeenIds, values_checked
     from fastuq.errors import RecordError
     from fastuq.io.arrow_lists import combined
@@ -166,6 +167,10 @@ def pack_corpus(
 
     if chunk_rows < 1:
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
+    try:
+        version = metadata.version("fastuq")
+    except metadata.PackageNotFoundError:  # a bare source tree
+        version = "unknown"
     files = pack_source_files(source)
     start = time.perf_counter()
 
@@ -223,7 +228,7 @@ def pack_corpus(
         pack_bytes = sum(c["bytes"] for c in chunks)
         manifest = {
             "format": "fastuq-pack", "schema_version": PACK_SCHEMA_VERSION,
-            "fastuq_version": __version__, "rows": sum(c["rows"] for c in chunks),
+            "fastuq_version": version, "rows": sum(c["rows"] for c in chunks),
             "chunk_rows": chunk_rows, "math": bool(math), "checks": list(CHECKS),
             "sources": [{"path": str(f), "bytes": f.stat().st_size,
                          "sha256": file_sha256(f)} for f in files],

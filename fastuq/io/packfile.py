@@ -73,8 +73,10 @@ class PackedArrays:
     ``present``: the corpus columns the chunk had (with a value in at least one record);
     ``asked_derived``: the columns stored only as derived inputs that the reader asked for;
     ``n_slots``: the agent slots ``A`` of its packed node arrays (the widest
-    ``topk_logprobs`` round, rounded up to a power of two, is ``topk_slots``); ``math``: whether the answer-derived inputs were
-    built with math-verify; ``shapes``: ``{column: [T, N, ...]}`` of each packed array.
+    ``topk_logprobs`` round, rounded up to a power of two, is ``topk_slots``); ``math``:
+    whether the answer-derived inputs were built with math-verify; ``shapes``:
+    ``{column: [T, N, ...]}`` of each packed array; ``deps``: ``{array: corpus columns it
+    was built from}``.
     """
 
     table: pa.Table
