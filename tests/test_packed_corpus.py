@@ -130,7 +130,7 @@ def test_pack_refused_when_files_source_or_version_differ(tmp_path, capsys):
     pq.write_table(pq.read_table(sample_corpus_path()), src)
     pack = tmp_path / "c.fqpack"
     assert _cli("pack", src, "-o", pack, "--chunk-rows", 1000) == 0
-    assert _cli("pack", "--check", pack, "--source", src, "--verify") == 0
+    assert _cli("pack", "--verify", pack, "--source", src, "--hashes") == 0
     capsys.readouterr()
     # a chunk file that is not the one the manifest describes
     chunk = pack / "chunk-00001.arrow"
@@ -140,13 +140,13 @@ def test_pack_refused_when_files_source_or_version_differ(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "chunk-00001.arrow has" in err and "the manifest says" in err and "re-pack" in err
     chunk.write_bytes(saved[:-1] + bytes([saved[-1] ^ 1]))  # same size, other bytes
-    assert _cli("pack", "--check", pack, "--verify") == 2
+    assert _cli("pack", "--verify", pack, "--hashes") == 2
     assert "SHA-256" in capsys.readouterr().err
     chunk.write_bytes(saved)
     # the source changed since it was packed
     table = pq.read_table(src)
     pq.write_table(table.slice(0, 1999), src)
-    assert _cli("pack", "--check", pack, "--source", src) == 2
+    assert _cli("pack", "--verify", pack, "--source", src) == 2
     assert "changed since it was packed" in capsys.readouterr().err
     with pytest.raises(PackError, match="changed since it was packed"):
         check_pack(pack, source=src)

@@ -162,6 +162,7 @@ PLACEHOLDERS: dict[str, str] = {
     "map.toml": "the README's TOML block",
     "log.jsonl": "4 records in the layout the README's TOML block maps",
     "calib.json": "fastuq calibrate corpus.parquet --method sauce,bccs -o calib.json",
+    "corpus.fqpack": "fastuq pack corpus.parquet -o corpus.fqpack",
 }
 
 #: Names the README's Python snippets leave to the reader, defined before each snippet.
@@ -242,6 +243,7 @@ def base_folder(tmp_path_factory) -> Path:
         shutil.copytree(DYLAN_LOGS, Path("tests/data/dylan_math"))
         _run(["import", "dylan", str(DYLAN_LOGS), "-o", "dylan.parquet"])
         _run(["score", "corpus.parquet", "-o", "scores.parquet", "--method", "all"])
+        _run(["pack", "corpus.parquet", "-o", "corpus.fqpack"])
         _run(["eval", "corpus.parquet", "--json", "eval.json"])
         sauce = json.loads(Path("eval.json").read_text())["estimators"]["sauce"]
         Path("expected.json").write_text(json.dumps({

@@ -20,7 +20,7 @@ def add_parser(sub) -> None:
             "entropies from top-k log-probabilities) and write them with its columns as one "
             "uncompressed Arrow IPC file per chunk and a manifest, atomically. Every command "
             "that reads a corpus then takes the pack in its place, with bit-identical "
-            "results. With --check PACK: check a pack against its manifest (and, with "
+            "results. With --verify PACK: check a pack against its manifest (and, with "
             "--source, against the corpus it was packed from) and exit 2 with the reason "
             "when it does not match."
         ),
@@ -31,11 +31,11 @@ def add_parser(sub) -> None:
                    help="trajectories per chunk file (default 262144)")
     p.add_argument("--math", action="store_true",
                    help="build the answer classes with math-verify equivalence (as --math)")
-    p.add_argument("--check", metavar="PACK", help="check PACK instead of packing")
+    p.add_argument("--verify", metavar="PACK", help="check PACK instead of packing")
     p.add_argument("--source", metavar="CORPUS",
-                   help="with --check: the corpus PACK was made from; refuse if it changed")
-    p.add_argument("--verify", action="store_true",
-                   help="with --check: also compare every chunk file's SHA-256")
+                   help="with --verify: the corpus PACK was made from; refuse if it changed")
+    p.add_argument("--hashes", action="store_true",
+                   help="with --verify: also compare every chunk file's SHA-256")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,23 +46,23 @@ def run(args: argparse.Namespace) -> int:
     from fastuq.engine.packed import check_pack, pack_corpus
 
     prog = "fastuq pack"
-    if args.check:
+    if args.verify:
         if args.input or args.output:
-            print(f"{prog}: --check takes no INPUT or --output", file=sys.stderr)
+            print(f"{prog}: --verify takes no INPUT or --output", file=sys.stderr)
             return EXIT_USAGE
         try:
-            m = check_pack(args.check, source=args.source, verify=args.verify)
+            m = check_pack(args.verify, source=args.source, verify=args.hashes)
         except (ValueError, OSError) as exc:
             print(f"{prog}: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        print(f"{args.check}: pack of {m['rows']:,} trajectories in {len(m['chunks'])} "
+        print(f"{args.verify}: pack of {m['rows']:,} trajectories in {len(m['chunks'])} "
               f"chunks matches its files" + (" and its source" if args.source else ""))
         return 0
-    if args.source or args.verify:
-        print(f"{prog}: --source and --verify go with --check", file=sys.stderr)
+    if args.source or args.hashes:
+        print(f"{prog}: --source and --hashes go with --verify", file=sys.stderr)
         return EXIT_USAGE
     if not args.input or not args.output:
-        print(f"{prog}: give INPUT and -o PACK (or --check PACK)", file=sys.stderr)
+        print(f"{prog}: give INPUT and -o PACK (or --verify PACK)", file=sys.stderr)
         return EXIT_USAGE
     m = pack_corpus(args.input, args.output, chunk_rows=args.chunk_rows, math=args.math)
     ratio = m["pack_bytes"] / max(m["source_bytes"], 1)
