@@ -14,8 +14,8 @@ RSS), the Parquet and the pack runs alternating:
   read-and-score;
 * ``fastuq eval`` of 8 estimators (the list of ``bench_eval.py``) from each (wall, RSS).
 
-Prints a markdown table and writes ``bench/results/pack.json`` (``--quick``:
-``pack_quick.json.tmp``), with the load averages before and after each run.
+Prints a markdown table and writes ``bench/results/packed_corpus.json`` (``--quick``:
+``packed_corpus_quick.json.tmp``), with the load averages before and after each run.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     n = args.n or (100_000 if args.quick else 1_000_000)
     out = args.out or Path(__file__).resolve().parent / "results" / (
-        "pack_quick.json.tmp" if args.quick else "pack.json")
+        "packed_corpus_quick.json.tmp" if args.quick else "packed_corpus.json")
     corpus = bp.corpus(args.cache_dir, "signals", n)
     py = [sys.executable, "-m", "fastuq"]
     result: dict[str, Any] = {"machine": bc.machine_info(), "n": n, "corpus": str(corpus),

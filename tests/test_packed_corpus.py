@@ -169,3 +169,26 @@ def test_pack_refuses_a_bad_corpus_and_writes_nothing(tmp_path):
     with pytest.raises(ValueError, match=f"row 40: field trajectory_id: duplicate id {ids[3]!r}"):
         pack_corpus(src, tmp_path / "d.fqpack", chunk_rows=16)
     assert not (tmp_path / "d.fqpack").exists()
+
+
+@pytest.mark.slow  # four commands twice each on the sample (about 20 s on 2 cores)
+def test_cli_sweep_fit_replay_calibrate_from_pack_equal_parquet(tmp_path, capsys):
+    src = sample_corpus_path()
+    pack = tmp_path / "s.fqpack"
+    assert _cli("pack", src, "-o", pack, "--chunk-rows", 700) == 0
+    for label, source in (("a", src), ("b", pack)):
+        assert _cli("sweep", source, "--lam", "0.5:1:3", "--q", "0.01:1:3",
+                    "-o", tmp_path / f"sweep_{label}.parquet") == 0
+        assert _cli("fit", source, "--steps", 5, "-o", tmp_path / f"fit_{label}.json") == 0
+        assert _cli("replay", source, "--policy", "fixed,uaad",
+                    "-o", tmp_path / f"replay_{label}.parquet") == 0
+        assert _cli("calibrate", source, "--method", "sauce",
+                    "-o", tmp_path / f"cal_{label}.json") == 0
+    for name in ("sweep", "replay"):
+        a = pq.read_table(tmp_path / f"{name}_a.parquet")
+        b = pq.read_table(tmp_path / f"{name}_b.parquet")
+        assert a.num_rows > 0 and a.equals(b), name
+    for name in ("fit", "cal"):
+        a = json.loads((tmp_path / f"{name}_a.json").read_text())
+        b = json.loads((tmp_path / f"{name}_b.json").read_text())
+        assert a == b, name
