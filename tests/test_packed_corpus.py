@@ -192,3 +192,11 @@ def test_cli_sweep_fit_replay_calibrate_from_pack_equal_parquet(tmp_path, capsys
         a = json.loads((tmp_path / f"{name}_a.json").read_text())
         b = json.loads((tmp_path / f"{name}_b.json").read_text())
         assert a == b, name
+
+
+def test_pack_in_a_list_is_refused_not_read_as_its_chunk_files(tmp_path):
+    src = sample_corpus_path()
+    pack = tmp_path / "s.fqpack"
+    pack_corpus(src, pack, chunk_rows=1000)
+    with pytest.raises(ValueError, match="s.fqpack: a fastuq pack is read only as a whole"):
+        fastuq.score([str(src), str(pack)], "sauce")

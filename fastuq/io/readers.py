@@ -285,7 +285,11 @@ def is_corpus_file(path: Path) -> bool:
 def folder_files(path: Path) -> list[Path]:
     """The corpus files below folder ``path`` (recursively, sorted; hidden files, skip lists
     and files of no known format left out: :func:`is_corpus_file`); ValueError when there is
-    none."""
+    none, or when ``path`` is a pack (``fastuq pack``: its chunk files are no corpus of their
+    own; a pack is read only as a whole, given alone)."""
+    if is_pack(path):
+        raise ValueError(f"{path}: a fastuq pack is read only as a whole: pass it alone (not "
+                         "in a list, a glob or to --engine ray)")
     files = sorted(p for p in path.rglob("*") if p.is_file() and is_corpus_file(p))
     if not files:
         raise ValueError(f"{path}: no corpus files (Parquet, Arrow IPC, JSON Lines)")
