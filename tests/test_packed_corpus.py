@@ -200,3 +200,16 @@ def test_pack_in_a_list_is_refused_not_read_as_its_chunk_files(tmp_path):
     pack_corpus(src, pack, chunk_rows=1000)
     with pytest.raises(ValueError, match="s.fqpack: a fastuq pack is read only as a whole"):
         fastuq.score([str(src), str(pack)], "sauce")
+
+
+@pytest.mark.parametrize("options", [("--on-error", "skip", "--method", "all"),
+                                     ("--check", "used")])
+def test_cli_score_options_from_pack_equal_parquet(tmp_path, options):
+    src = sample_corpus_path()
+    pack = tmp_path / "s.fqpack"
+    pack_corpus(src, pack, chunk_rows=700)
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    assert _cli("score", src, "-o", a, "--chunk-rows", 700, *options) == 0
+    assert _cli("score", pack, "-o", b, *options) == 0
+    ta, tb = pq.read_table(a), pq.read_table(b)
+    assert ta.num_rows == 2000 and ta.equals(tb)
