@@ -4,7 +4,7 @@ says which row of its chunk) and a run that skipped too much (:class:`TooManySki
 
 from __future__ import annotations
 
-__all__ = ["RecordError", "TooManySkipped"]
+__all__ = ["PackError", "RecordError", "TooManySkipped"]
 
 
 class RecordError(ValueError):
@@ -23,3 +23,9 @@ class RecordError(ValueError):
 class TooManySkipped(ValueError):
     """A run with ``on_error="skip"`` that skipped every record, or more than the fraction
     allowed: the skip list is written, the scores file is not."""
+
+
+class PackError(ValueError):
+    """A packed corpus (``fastuq pack``) refused: its manifest does not match its files, its
+    source changed since it was packed, or another pack schema version wrote it. The message
+    says which, and how to re-pack."""

@@ -201,10 +201,14 @@ import matplotlib.pyplot as plt
 import fastuq
 from fastuq.fit import fit_sauce
 from fastuq.synth import corpus, write
+from fastuq.engine.packed import pack_corpus
 from fastuq.sweeps import load_sauce_data, sweep
 
 write(corpus(10_000, protocol="debate", seed=11), "debates.parquet")
-data = load_sauce_data("debates.parquet")  # packed once, swept and fitted many times
+# `fastuq pack debates.parquet -o debates.fqpack`: checked and packed once, then every run
+# below (the sweep's data, the fitted scores) reads the memory-mapped pack
+pack_corpus("debates.parquet", "debates.fqpack")
+data = load_sauce_data("debates.fqpack")
 CORPUS = "simulated debates (fastuq.synth, seed 11)"
 N = data.n
 PRESET = dict(fastuq.PRESETS["debate"])
@@ -242,7 +246,7 @@ def edges(v, log=False):
     return np.exp(e) if log else e
 
 
-fitted_scores = fastuq.score("debates.parquet", "sauce", **FITTED)["sauce"].to_numpy()
+fitted_scores = fastuq.score("debates.fqpack", "sauce", **FITTED)["sauce"].to_numpy()
 fitted_auroc = fastuq.metrics.auroc(data.labels, fitted_scores) * 100
 fig, ax = plt.subplots(figsize=(7.5, 5))
 mesh = ax.pcolormesh(edges(lams), edges(qs, log=True), z, cmap="viridis", shading="flat")
@@ -290,10 +294,11 @@ plt.show()''', {"fastuq_figure": "heldout"}),
     ("markdown", """From the command line:
 
 ```bash
-fastuq sweep debates.parquet --lam 0:1:21 --q 1e-3:10:25 --log q --folds 5 --plot heatmap.png
-fastuq fit debates.parquet --folds 5 -o params.json
-fastuq eval debates.parquet --params params.json
-fastuq report debates.parquet --grid lam=0:1:21 --grid q=1e-3:10:25 --log q -o report.html
+fastuq pack debates.parquet -o debates.fqpack   # once; the runs below read the pack
+fastuq sweep debates.fqpack --lam 0:1:21 --q 1e-3:10:25 --log q --folds 5 --plot heatmap.png
+fastuq fit debates.fqpack --folds 5 -o params.json
+fastuq eval debates.fqpack --params params.json
+fastuq report debates.fqpack --grid lam=0:1:21 --grid q=1e-3:10:25 --log q -o report.html
 ```"""),
 ]
 

@@ -333,7 +333,12 @@ PUBLIC = {
         "copy_bandwidth", "device_copy_bandwidth", "fmt_num", "fmt_si", "machine_info",
         "markdown_table", "median", "peak_rss_bytes", "reset_peak_rss", "rss_bytes",
         "time_calls"},
-    "fastuq.errors": {"RecordError", "TooManySkipped"},
+    "fastuq.errors": {"PackError", "RecordError", "TooManySkipped"},
+    # the packed corpus (fastuq pack)
+    "fastuq.engine.packed": {"PackedBatch", "check_pack", "pack_corpus", "pack_source_files"},
+    "fastuq.io.packfile": {
+        "MANIFEST", "PACK_PREFIX", "PACK_SCHEMA_VERSION", "PackedArrays", "PackedChunk",
+        "file_sha256", "is_pack", "open_pack", "pack_chunks", "read_chunk_table"},
     # the capability subpackages (added with them)
     "fastuq.decisions": {
         "POLICIES", "Gate", "GateCalibration", "Outcomes", "Policy", "ReplayResult",

@@ -164,6 +164,7 @@ PLACEHOLDERS: dict[str, str] = {
     "calib.json": "fastuq calibrate corpus.parquet --method sauce,bccs -o calib.json",
     "stack.json": "fastuq fit --stack corpus.parquet --bootstrap 50 -o stack.json",
     "bench.json": "fastuq bench --method sauce,msp_final --n 1000 --json bench.json",
+    "corpus.fqpack": "fastuq pack corpus.parquet -o corpus.fqpack",
 }
 
 #: Names the README's Python snippets leave to the reader, defined before each snippet.
@@ -244,6 +245,7 @@ def base_folder(tmp_path_factory) -> Path:
         shutil.copytree(DYLAN_LOGS, Path("tests/data/dylan_math"))
         _run(["import", "dylan", str(DYLAN_LOGS), "-o", "dylan.parquet"])
         _run(["score", "corpus.parquet", "-o", "scores.parquet", "--method", "all"])
+        _run(["pack", "corpus.parquet", "-o", "corpus.fqpack"])
         _run(["eval", "corpus.parquet", "--json", "eval.json"])
         sauce = json.loads(Path("eval.json").read_text())["estimators"]["sauce"]
         Path("expected.json").write_text(json.dumps({
@@ -455,6 +457,10 @@ INLINE: dict[str, list[list[str]] | str] = {
         [["replay", "corpus.parquet", "--policy", "fixed,uaad,trace:sauce", "--plot", "r.png"]],
     "fastuq report CORPUS -o report.html": "fastuq report corpus.parquet -o report.html",
     "fastuq bench --n 1e4 --json bench.json": [["bench", "--n", "1e4", "--json", "bench.json"]],
+    "fastuq pack CORPUS -o corpus.fqpack":
+        [["pack", "corpus.parquet", "-o", "corpus.fqpack"]],
+    "fastuq pack --verify PACK --source CORPUS":
+        [["pack", "--verify", "corpus.fqpack", "--source", "corpus.parquet"]],
     "fastuq calibrate CORPUS --method sauce -o calib.json":
         [["calibrate", "corpus.parquet", "--method", "sauce", "-o", "calib.json"]],
     "fastuq --version": [["--version"]],
@@ -497,7 +503,7 @@ MENTIONS: frozenset[str] = frozenset({
     "fastuq report", "fastuq eval --by protocol", "fastuq sweep --rank auto|host|device",
     "fastuq score --pack auto|host|device", "fastuq score --method NAME",
     "fastuq COMMAND --help", "fastuq calibrate", "fastuq score ... --calibration calib.json",
-    "fastuq report ... --calibration calib.json",
+    "fastuq report ... --calibration calib.json", "fastuq pack",
     "fastuq score --method stack --params stack.json", "fastuq fit --stack -o",
     "fastuq bench", "fastuq bench --json",
 })

@@ -129,7 +129,7 @@ def _options_of(command: str) -> set[str]:
 
 
 COMMANDS = ("score", "import", "eval", "select", "sweep", "fit", "gate", "calibrate", "replay",
-            "report", "bench")
+            "report", "bench", "pack")
 
 
 def test_options_table_lists_every_option_of_every_command():

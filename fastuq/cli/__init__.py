@@ -42,6 +42,7 @@ COMMANDS: dict[str, str] = {
     "replay": "fastuq.cli.replay",
     "report": "fastuq.cli.report",
     "bench": "fastuq.cli.bench",
+    "pack": "fastuq.cli.pack",
 }
 
 

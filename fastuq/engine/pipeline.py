@@ -192,7 +192,17 @@ def score_table(
 
 def make_batch(table, chunk, rows, *, dtype, observation_noise, math, processes,
                pack: str = "host") -> Batch:
-    """The :class:`Batch` of rows ``rows`` of a chunk read from ``chunk.source``."""
+    """The :class:`Batch` of rows ``rows`` of a chunk read from ``chunk.source``: for a
+    chunk of a pack with all its rows, a :class:`~fastuq.engine.packed.PackedBatch`, whose
+    packed inputs come from the pack."""
+    packed = getattr(chunk, "packed", None)
+    if packed is not None and table.num_rows == packed.table.num_rows:
+        from fastuq.engine.packed import PackedBatch
+
+        return PackedBatch(table, packed, source=chunk.source, row0=chunk.source_row0,
+                           rows=rows, dtype=np.dtype(dtype),
+                           observation_noise=observation_noise, math=math,
+                           processes=processes)
     return Batch(table, source=chunk.source, row0=chunk.source_row0, rows=rows,
                  dtype=np.dtype(dtype), observation_noise=observation_noise, math=math,
                  processes=processes, pack=pack)
@@ -380,8 +390,9 @@ def iter_scores(
         stream = _prefetch(with_value_problems(structural_problems(chunk, seen), values)
                            for chunk in reader)
     else:
-        if values:
-            reader = (values_checked(chunk) for chunk in reader)
+        if values:  # a pack's chunks were checked when it was packed
+            reader = (chunk if chunk.packed is not None else values_checked(chunk)
+                      for chunk in reader)
         if kept is not None:
             reader = (_keep_columns(chunk, kept) for chunk in reader)
         stream = _prefetch(_prepared(_prefetch(reader), seen, backend=backend,
@@ -429,14 +440,15 @@ def _prepared(chunks: Iterator, seen: SeenIds, *, methods, protocol, params, dty
     for chunk in chunks:
         table = chunk.table
         rows = np.arange(chunk.source_row0, chunk.source_row0 + table.num_rows)
-        ids = combined(table.column("trajectory_id"))
-        repeat, first = seen.repeats(ids)
-        if repeat.any():
-            k = int(np.argmax(repeat))
-            raise RecordError(
-                f"{chunk.source}: row {int(rows[k])}: field trajectory_id: duplicate "
-                f"id {ids[k].as_py()!r} (first at {seen.where(int(first[k]))})", row=k)
-        seen.add(ids, chunk.row0, chunk.source, chunk.source_row0)
+        if chunk.packed is None:  # a pack's ids were checked unique when it was packed
+            ids = combined(table.column("trajectory_id"))
+            repeat, first = seen.repeats(ids)
+            if repeat.any():
+                k = int(np.argmax(repeat))
+                raise RecordError(
+                    f"{chunk.source}: row {int(rows[k])}: field trajectory_id: duplicate "
+                    f"id {ids[k].as_py()!r} (first at {seen.where(int(first[k]))})", row=k)
+            seen.add(ids, chunk.row0, chunk.source, chunk.source_row0)
         batch = make_batch(table, chunk, rows, dtype=dtype,
                            observation_noise=observation_noise, math=math,
                            processes=processes, pack=pack)

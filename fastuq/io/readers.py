@@ -39,6 +39,7 @@ from fastuq.io.jsonl import (
     iter_json_batches,
     json_read_schema,
 )
+from fastuq.io.packfile import is_pack, open_pack, pack_chunks
 from fastuq.io.sauce_release import is_sauce, sauce_source_columns, sauce_to_canonical
 
 __all__ = ["SKIPPED_SUFFIX", "Chunk", "count_rows", "folder_files", "is_corpus_file", "iter_chunks",
@@ -59,12 +60,15 @@ class Chunk(NamedTuple):
     table: ``pyarrow.Table`` in canonical columns (plus extras), one chunk per column.
     source: the file (or frame) the rows come from.
     source_row0: index of the chunk's first row within that file.
+    packed: for a chunk of a pack (``fastuq pack``), its packed inputs
+      (:class:`fastuq.io.packfile.PackedArrays`); ``None`` otherwise.
     """
 
     row0: int
     table: pa.Table
     source: str
     source_row0: int
+    packed: Any = None
 
 
 # --- parts: one file or frame each -------------------------------------------------------------
@@ -281,7 +285,11 @@ def is_corpus_file(path: Path) -> bool:
 def folder_files(path: Path) -> list[Path]:
     """The corpus files below folder ``path`` (recursively, sorted; hidden files, skip lists
     and files of no known format left out: :func:`is_corpus_file`); ValueError when there is
-    none."""
+    none, or when ``path`` is a pack (``fastuq pack``: its chunk files are no corpus of their
+    own; a pack is read only as a whole, given alone)."""
+    if is_pack(path):
+        raise ValueError(f"{path}: a fastuq pack is read only as a whole: pass it alone (not "
+                         "in a list, a glob or to --engine ray)")
     files = sorted(p for p in path.rglob("*") if p.is_file() and is_corpus_file(p))
     if not files:
         raise ValueError(f"{path}: no corpus files (Parquet, Arrow IPC, JSON Lines)")
@@ -393,7 +401,8 @@ def iter_chunks(
         column the source lacks is an error.
       optional_columns: with ``columns``, more columns to return where the source has them
         (e.g. ``correct``, ``protocol``), silently left out where it does not.
-      chunk_rows: rows per chunk (every chunk of a file but its last holds exactly this many).
+      chunk_rows: rows per chunk (every chunk of a file but its last holds exactly this many;
+        a pack, see :mod:`fastuq.io.packfile`, is read in the chunks it was packed in).
       validate: run ``fastuq.io.schema.validate`` on every chunk.
       schema: JSON Lines only: the explicit Arrow schema of the JSON fields to read (fields
         not in it are skipped). Default: inferred from the first ``sample_bytes`` of each
@@ -415,6 +424,11 @@ def iter_chunks(
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
     if validate and not conform:
         raise ValueError("validate=True needs conform=True")
+    if isinstance(source, (str, os.PathLike)) and is_pack(source):
+        # a pack: its own chunks, validated when it was packed (chunk_rows does not apply)
+        for c in pack_chunks(source, columns=columns, optional_columns=optional_columns):
+            yield Chunk(c.row0, c.table, c.source, c.source_row0, c.arrays)
+        return
     row0 = 0
     for part in _parts(source, schema, sample_bytes, block_size):
         sauce, src, wanted = _plan(part, columns, optional_columns)
@@ -460,6 +474,8 @@ def count_rows(source: Any) -> int | None:
     """Number of records when known without reading the data (Parquet, Arrow IPC files,
     tables, DataFrames, Hugging Face datasets); ``None`` otherwise (JSON Lines, IPC streams,
     LazyFrames)."""
+    if isinstance(source, (str, os.PathLike)) and is_pack(source):
+        return int(open_pack(source)["rows"])
     if _is_json(source):
         return None
     total = 0

@@ -1,0 +1,226 @@
+"""A packed corpus (``fastuq pack``): the layout, the manifest and the memory-mapped reading.
+
+A pack is a folder (``corpus.fqpack``) holding ``manifest.json`` and one uncompressed Arrow
+IPC file per chunk (``chunk-00000.arrow``, ...). Each chunk file has one row per trajectory:
+the corpus's own columns as validated (except ``topk_logprobs``, whose derived inputs are
+stored instead), and the kernels' packed inputs as fixed-size list columns named
+``__fq__<kind>__<name>``: a per-round array ``[T, N]`` is stored as ``[N]`` lists of ``T``
+values, a per-node array ``[T, N, A]`` as ``[N]`` lists of ``T * A``. The manifest records
+the schema version, the fastuq version, the source files (size and SHA-256), the checks
+that passed, the protocols, the buckets (rounds ``T`` and agent slots ``A`` of each chunk)
+and, per chunk, its file's size and SHA-256, its rows and the shapes of its packed arrays.
+
+Reading (:func:`open_pack`, :func:`pack_chunks`) maps each file (``pyarrow.memory_map``):
+nothing is decoded or validated again; a packed array becomes a NumPy view of the mapped
+buffer, made time-major (one copy) when the kernels ask for it. A pack whose files do not
+match its manifest (missing, another size, another hash with ``verify=True``), whose source
+files changed (when the source is given), or that another schema version wrote, is refused
+with a :class:`PackError` (a ValueError) that says why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from fastuq.errors import PackError
+
+__all__ = ["MANIFEST", "PACK_PREFIX", "PACK_SCHEMA_VERSION", "PackedArrays", "PackedChunk",
+           "file_sha256", "is_pack", "open_pack", "pack_chunks", "read_chunk_table"]
+
+#: Version of the pack layout; a pack written with another one is refused.
+PACK_SCHEMA_VERSION = 1
+#: Name of the manifest file inside a pack folder.
+MANIFEST = "manifest.json"
+#: Prefix of the packed-array columns of a chunk file.
+PACK_PREFIX = "__fq__"
+_FORMAT = "fastuq-pack"
+
+
+def file_sha256(path: str | os.PathLike, block: int = 1 << 22) -> str:
+    """SHA-256 (hex) of a file's bytes, read in ``block``-byte pieces."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while piece := f.read(block):
+            h.update(piece)
+    return h.hexdigest()
+
+
+def is_pack(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a pack folder (a folder holding a fastuq pack manifest)."""
+    p = Path(path)
+    m = p / MANIFEST
+    if not (p.is_dir() and m.is_file()):
+        return False
+    try:
+        with open(m, encoding="utf-8") as f:
+            return json.load(f).get("format") == _FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+@dataclass
+class PackedArrays:
+    """The packed inputs of one chunk, read lazily from its mapped table.
+
+    ``present``: the corpus columns the chunk had (with a value in at least one record);
+    ``asked_derived``: the columns stored only as derived inputs that the reader asked for;
+    ``n_slots``: the agent slots ``A`` of its packed node arrays (the widest
+    ``topk_logprobs`` round, rounded up to a power of two, is ``topk_slots``); ``math``:
+    whether the answer-derived inputs were built with math-verify; ``shapes``:
+    ``{column: [T, N, ...]}`` of each packed array; ``deps``: ``{array: corpus columns it
+    was built from}``.
+    """
+
+    table: pa.Table
+    present: frozenset[str]
+    n_slots: int
+    math: bool
+    shapes: Mapping[str, Sequence[int]]
+    deps: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    topk_slots: int = 1
+    asked_derived: frozenset[str] = frozenset()
+
+    def has(self, kind: str, name: str) -> bool:
+        """Whether the chunk holds the packed array ``kind`` (``rounds``, ``nodes``, ...)
+        of ``name``."""
+        return f"{PACK_PREFIX}{kind}__{name}" in self.shapes
+
+    def array(self, kind: str, name: str, part: str = "values",
+              dtype: np.dtype | None = None) -> np.ndarray:
+        """A packed array, time-major and C-contiguous (cast to ``dtype`` when given)."""
+        col = f"{PACK_PREFIX}{kind}__{name}" + ("" if part == "values" else f"__{part}")
+        shape = tuple(self.shapes[col])
+        flat = self.table.column(col).combine_chunks()
+        values = flat.values if len(flat) else pa.array([], flat.type.value_type)
+        n = shape[1]
+        data = values.to_numpy(zero_copy_only=values.type != pa.bool_())
+        by_traj = data.reshape((n, shape[0]) + shape[2:])
+        axes = (1, 0) + tuple(range(2, len(shape)))
+        return np.ascontiguousarray(by_traj.transpose(axes),
+                                    dtype=by_traj.dtype if dtype is None else dtype)
+
+
+@dataclass
+class PackedChunk:
+    """One chunk of a pack as :func:`pack_chunks` reads it."""
+
+    row0: int
+    table: pa.Table
+    source: str
+    source_row0: int
+    arrays: PackedArrays = field(repr=False)
+
+
+def _refuse(pack: Path, why: str) -> PackError:
+    return PackError(f"{pack}: pack refused: {why}; re-pack it: fastuq pack SOURCE -o {pack}")
+
+
+def open_pack(path: str | os.PathLike, *,
+              source_files: Sequence[str | os.PathLike] | None = None,
+              verify: bool = False) -> dict:
+    """The manifest of the pack at ``path``, checked against its files.
+
+    Args:
+      path: the pack folder.
+      source_files: the files of the corpus it was packed from, when given: each one's
+        size and SHA-256 must be those the manifest recorded (else the pack is stale).
+      verify: also check each chunk file's SHA-256 (reads every byte; without it, sizes
+        and row counts are checked).
+
+    Raises:
+      PackError: another schema version, a chunk file missing or of another size, rows or
+        hash; a source that changed.
+    """
+    pack = Path(path)
+    try:
+        with open(pack / MANIFEST, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise PackError(f"{pack}: not a fastuq pack (no readable {MANIFEST}: {exc})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT:
+        raise PackError(f"{pack}: not a fastuq pack ({MANIFEST} has no format {_FORMAT!r})")
+    version = manifest.get("schema_version")
+    if version != PACK_SCHEMA_VERSION:
+        raise _refuse(pack, f"it has pack schema version {version!r}, this fastuq reads "
+                      f"version {PACK_SCHEMA_VERSION}")
+    for c in manifest["chunks"]:
+        f = pack / c["file"]
+        if not f.is_file():
+            raise _refuse(pack, f"chunk file {c['file']} is missing")
+        size = f.stat().st_size
+        if size != c["bytes"]:
+            raise _refuse(pack, f"chunk file {c['file']} has {size} bytes, the manifest "
+                          f"says {c['bytes']}")
+        if verify and file_sha256(f) != c["sha256"]:
+            raise _refuse(pack, f"chunk file {c['file']} does not have the manifest's "
+                          "SHA-256")
+    if source_files is not None:
+        files = [Path(f) for f in source_files]
+        recorded = manifest["sources"]
+        if len(files) != len(recorded):
+            raise _refuse(pack, f"the source has {len(files)} files, the pack was made from "
+                          f"{len(recorded)}")
+        for f, rec in zip(files, recorded, strict=True):
+            size = f.stat().st_size
+            if size != rec["bytes"] or file_sha256(f) != rec["sha256"]:
+                raise _refuse(pack, f"source file {f} changed since it was packed (now "
+                              f"{size} bytes, packed from {rec['bytes']} bytes with another "
+                              "content)" if size != rec["bytes"] else
+                              f"source file {f} changed since it was packed (its SHA-256 "
+                              "differs)")
+    return manifest
+
+
+def read_chunk_table(pack: Path, entry: Mapping) -> pa.Table:
+    """The memory-mapped table of one chunk file (checked: rows as the manifest says)."""
+    import pyarrow.ipc as ipc
+
+    with pa.memory_map(str(pack / entry["file"]), "r") as source:
+        table = ipc.open_file(source).read_all()
+    if table.num_rows != entry["rows"]:
+        raise _refuse(pack, f"chunk file {entry['file']} has {table.num_rows} rows, the "
+                      f"manifest says {entry['rows']}")
+    return table
+
+
+def pack_chunks(path: str | os.PathLike, *, columns: Sequence[str] | None = None,
+                optional_columns: Sequence[str] = (), manifest: dict | None = None
+                ) -> Iterator[PackedChunk]:
+    """The chunks of the pack at ``path`` in order, memory-mapped, with their packed
+    arrays. ``columns`` / ``optional_columns``: as :func:`fastuq.io.readers.iter_chunks`
+    (the corpus columns of each chunk's table; a required one the pack lacks is an error).
+    A column stored only as its derived inputs (``topk_logprobs``) counts as present when
+    asked for."""
+    pack = Path(path)
+    manifest = open_pack(pack) if manifest is None else manifest
+    for entry in manifest["chunks"]:
+        table = read_chunk_table(pack, entry)
+        corpus = [c for c in table.column_names if not c.startswith(PACK_PREFIX)]
+        packed_cols = [c for c in table.column_names if c.startswith(PACK_PREFIX)]
+        present = set(entry["present"])
+        derived = set(manifest.get("derived_only", ()))
+        if columns is None:
+            wanted = corpus
+            asked_derived = derived
+        else:
+            known = set(corpus) | derived
+            for c in columns:
+                if c != "trajectory_id" and c not in known:
+                    raise ValueError(f"{pack}: no column {c!r} (columns: {', '.join(corpus)})")
+            asked = ["trajectory_id", *columns, *optional_columns]
+            wanted = [c for c in dict.fromkeys(asked) if c in corpus]
+            asked_derived = derived & set(asked)
+        arrays = PackedArrays(table.select(packed_cols), frozenset(present),
+                              int(entry["n_slots"]), bool(manifest.get("math", False)),
+                              entry["shapes"], entry["deps"], int(entry["topk_slots"]),
+                              frozenset(asked_derived))
+        yield PackedChunk(entry["row0"], table.select(wanted), entry["source"],
+                          entry["source_row0"], arrays)
