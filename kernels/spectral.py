@@ -12,7 +12,8 @@ the denominator of agreement, DESIGN.md); ``W`` is its symmetric similarity matr
 * ``similarity="answer"``: ``labels [T, N, A]`` float, ``W_ab = 1`` iff ``labels_a ==
   labels_b`` (the packed input gives each node the lowest slot of its round whose answer is
   in the same vote class, the classes agreement counts; an agent without a vote gets its own
-  slot, so it is similar to itself only), ``-1`` (any negative) for a slot that is no node;
+  slot, so it is similar to itself only), ``-1`` (any negative) for a slot that is no node.
+  The JAX kernel relies on that form (a node labelled with its own slot opens its set);
 * ``similarity="lexical"``: ``W [T, N, A, A]`` float, the token-set Jaccard index of the
   agents' texts (:mod:`fastuq.signals.lexical`), a slot with ``W_aa = 0`` being no node.
 
@@ -43,7 +44,9 @@ blocks (one per set of equal labels, ``K`` blocks): ``D^-1/2 W D^-1/2`` has, per
 size ``c``, the eigenvalue 1 once (eigenvector ``1_c / sqrt(c)``) and 0 ``c - 1`` times, so
 exactly ``eigval_laplacian = K``, ``degree_matrix = 1 - sum_c c^2 / m^2`` and
 ``eccentricity = sqrt(K - 1)`` (the kept eigenvectors span the block indicators, and
-``sum_c c / m = 1``). The JAX kernel uses these closed forms (integer counts: exact); the
+``sum_c c / m = 1``). The JAX kernel uses these closed forms (integer counts: exact; ``K``
+the nodes labelled with their own slot, ``sum_c c^2`` from the equal pairs, slot loops
+unrolled into ``[T, N]`` vector code); the
 NumPy twin builds ``W`` and calls ``np.linalg.eigh`` like the lexical path, so the two check
 each other. With lexical similarity both run batched symmetric eigendecompositions over
 ``[T N, A, A]`` (``jnp.linalg.eigh`` / ``np.linalg.eigh``); ``eigval_laplacian`` there is
@@ -61,6 +64,7 @@ without an executed round gets NaN.
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -80,7 +84,7 @@ __all__ = [
     "lexical_similarity",
     "lexical_similarity_numpy",
     "lexical_similarity_reference",
-    "round_scores",
+    "round_score",
     "round_scores_numpy",
 ]
 
@@ -133,39 +137,54 @@ def _eigen_scores(w, node, dtype, xp):
     return eig, xp.sqrt(xp.maximum(k - 1, 0) + dropped)
 
 
-def _label_scores(labels, node, dtype):
-    """``(eigval_laplacian, eccentricity)`` ``[T, N]`` of answer labels, in closed form:
-    ``K`` distinct labels among the nodes, ``sqrt(K - 1)``."""
+def _label_rounds(labels, mask, dtype, field: str):
+    """``(score, m)`` ``[T, N]`` of answer labels in closed form, the slot loops unrolled into
+    ``[T, N]`` vector code (XLA fuses a round into one pass; no ``[A, A]`` array): ``K`` =
+    the nodes labelled with their own slot (the labels' contract: each node carries the
+    lowest slot of its set), ``sum W`` = ``m`` + twice the equal pairs ``a < b``."""
     a_max = labels.shape[-1]
-    lower = jnp.tril(jnp.ones((a_max, a_max), bool), -1)  # b < a
-    same = labels[..., :, None] == labels[..., None, :]
-    seen = jnp.any(same & lower & node[..., None, :], axis=-1)
-    k = jnp.sum(node & ~seen, axis=-1).astype(dtype)
-    return k, jnp.sqrt(jnp.maximum(k - 1, 0))
+    lab = [labels[..., a] for a in range(a_max)]
+    node = [(x >= 0) & mask for x in lab]
+    m = sum(x.astype(jnp.int32) for x in node)
+    if field in ("eigval_laplacian", "eccentricity"):
+        k = sum((node[a] & (lab[a] == a)).astype(jnp.int32) for a in range(a_max))
+        k = k.astype(dtype)
+        score = k if field == "eigval_laplacian" else jnp.sqrt(jnp.maximum(k - 1, 0))
+        return score, m.astype(dtype)
+    pairs = sum((node[a] & node[b] & (lab[a] == lab[b])).astype(jnp.int32)
+                for a in range(a_max) for b in range(a + 1, a_max))
+    return _sum_scores(m.astype(dtype), (m + 2 * pairs).astype(dtype), field, jnp), \
+        m.astype(dtype)
 
 
-@jax.jit
-def round_scores(similarity: jax.Array, round_mask: jax.Array) -> dict[str, jax.Array]:
-    """The four per-round scores ``{name: [T, N]}`` (:data:`FIELDS`; NaN in rounds that did
-    not execute), in the float dtype of ``similarity``."""
+def _sum_scores(m, total, field: str, xp):
+    """``degree_matrix`` or ``lexical_similarity`` from the node count ``m`` and ``sum W``."""
+    safe = xp.where(m > 0, m, 1)
+    if field == "degree_matrix":
+        return (safe * safe - total) / (safe * safe)
+    pairs = xp.where(m > 1, safe * (safe - 1), 1)
+    return -xp.where(m > 1, (total - m) / pairs, xp.nan)
+
+
+@partial(jax.jit, static_argnames=("field",))
+def round_score(similarity: jax.Array, round_mask: jax.Array, field: str) -> jax.Array:
+    """The per-round score ``field`` (one of :data:`FIELDS`) ``[T, N]``, NaN in rounds that
+    did not execute, in the float dtype of ``similarity``."""
     mask = round_mask.astype(bool)
     dtype = similarity.dtype
-    w, node = _graph(similarity, dtype, jnp)
-    node = node & mask[..., None]
-    w = jnp.where(node[..., :, None] & node[..., None, :], w, 0)
-    m = node.sum(axis=-1).astype(dtype)
-    total = w.sum(axis=(-2, -1))
-    safe = jnp.where(m > 0, m, 1)
-    degree = (safe * safe - total) / (safe * safe)
-    pairs = safe * (safe - 1)
-    lexical = -jnp.where(m > 1, (total - m) / jnp.where(m > 1, pairs, 1), jnp.nan)
     if similarity.ndim == 3:
-        eig, ecc = _label_scores(similarity, node, dtype)
+        score, m = _label_rounds(similarity, mask, dtype, field)
     else:
-        eig, ecc = _eigen_scores(w, node, dtype, jnp)
-    out = {"eigval_laplacian": eig, "degree_matrix": degree, "eccentricity": ecc,
-           "lexical_similarity": lexical}
-    return {k: jnp.where(mask & (m > 0), v, jnp.nan) for k, v in out.items()}
+        w, node = _graph(similarity, dtype, jnp)
+        node = node & mask[..., None]
+        w = jnp.where(node[..., :, None] & node[..., None, :], w, 0)
+        m = node.sum(axis=-1).astype(dtype)
+        if field in ("degree_matrix", "lexical_similarity"):
+            score = _sum_scores(m, w.sum(axis=(-2, -1)), field, jnp)
+        else:
+            eig, ecc = _eigen_scores(w, node, dtype, jnp)
+            score = eig if field == "eigval_laplacian" else ecc
+    return jnp.where(mask & (m > 0), score, jnp.nan)
 
 
 def _aggregate(values, round_mask, xp):
@@ -185,7 +204,7 @@ def _aggregate(values, round_mask, xp):
 def _estimator(name: str):
     @jax.jit
     def kernel(similarity: jax.Array, round_mask: jax.Array) -> dict[str, jax.Array]:
-        last, mean = _aggregate(round_scores(similarity, round_mask)[name], round_mask, jnp)
+        last, mean = _aggregate(round_score(similarity, round_mask, name), round_mask, jnp)
         return {name: last, f"{name}_mean": mean}
 
     kernel.__name__ = name
@@ -205,8 +224,9 @@ lexical_similarity = _estimator("lexical_similarity")
 
 
 def round_scores_numpy(similarity: np.ndarray, round_mask: np.ndarray) -> dict[str, np.ndarray]:
-    """NumPy twin of :func:`round_scores`: ``W`` built from either form and decomposed by
-    ``np.linalg.eigh`` (answer labels too: no closed form)."""
+    """The four per-round scores ``{name: [T, N]}``, NumPy twin of :func:`round_score`:
+    ``W`` built from either form and decomposed by ``np.linalg.eigh`` (answer labels too:
+    no closed form)."""
     similarity = np.asarray(similarity)
     mask = np.asarray(round_mask, bool)
     dtype = similarity.dtype
@@ -216,9 +236,8 @@ def round_scores_numpy(similarity: np.ndarray, round_mask: np.ndarray) -> dict[s
         w = np.where(node[..., :, None] & node[..., None, :], w, 0).astype(dtype)
         m = node.sum(axis=-1).astype(dtype)
         total = w.sum(axis=(-2, -1))
-        safe = np.where(m > 0, m, 1)
-        degree = (safe * safe - total) / (safe * safe)
-        lexical = -np.where(m > 1, (total - m) / np.where(m > 1, safe * (safe - 1), 1), np.nan)
+        degree = _sum_scores(m, total, "degree_matrix", np)
+        lexical = _sum_scores(m, total, "lexical_similarity", np)
         eig, ecc = _eigen_scores(w, node, dtype, np)
     out = {"eigval_laplacian": eig, "degree_matrix": degree, "eccentricity": ecc,
            "lexical_similarity": lexical}

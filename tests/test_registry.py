@@ -77,7 +77,13 @@ def _draw_inputs(rng: np.random.Generator, t: int, n: int, a: int, team: int,
     # slot without a vote, -1 past the team) or Jaccard indices of small random token sets
     team_slots = np.minimum(np.maximum(agents, team), a)
     in_team = (np.arange(a)[None, None, :] < team_slots[None, :, None]) & round_mask[:, :, None]
-    labels = np.where(answer_class >= 0, answer_class, 3 + np.arange(a)).astype(float)
+    labels = np.full(answer_class.shape, -1.0)
+    for i in range(a):  # the lowest slot of the same class (a voter), else its own slot
+        rep = np.full(answer_class.shape[:2], float(i))
+        for j in range(i - 1, -1, -1):
+            hit = (answer_class[..., j] >= 0) & (answer_class[..., j] == answer_class[..., i])
+            rep = np.where(hit & (answer_class[..., i] >= 0), j, rep)
+        labels[..., i] = rep
     labels[~in_team] = -1.0
     sets = rng.random((t, n, a, 6)) < rng.uniform(0.1, 0.8)
     inter = (sets[..., :, None, :] & sets[..., None, :, :]).sum(-1)
