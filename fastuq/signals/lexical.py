@@ -12,9 +12,10 @@ agent of the team stays in the denominator of agreement (DESIGN.md); slots past 
 0 there (no node).
 
 Vectorized: the token ids of all texts in one pass, then (round, token, slot) triples sorted
-once (``np.lexsort``); within a round, the slots sharing a token are neighbours, and each
-pair of them adds one to the pair's intersection (pairs generated with ``np.repeat``, counted
-with ``np.bincount``). No Python loop runs over records, rounds, texts or tokens.
+once (one int64 key each, ``np.unique``); within a round, the slots sharing a token are
+neighbours, and each pair of them adds one to the pair's intersection (pairs generated with
+``np.repeat``, counted with ``np.bincount``). No Python loop runs over records, rounds,
+texts or tokens.
 """
 
 from __future__ import annotations
@@ -49,11 +50,20 @@ def pair_jaccard(ids: np.ndarray, first: np.ndarray, group: np.ndarray, slot: np
     owner = np.repeat(np.arange(counts.size), counts)
     g = group[owner].astype(np.int64)
     s = slot[owner].astype(np.int64)
-    order = np.lexsort((s, ids, g))  # by round, then token, then slot
-    g, t, s = g[order], ids[order], s[order]
-    keep = np.ones(g.size, bool)  # the first of each (round, token, slot): sets, not bags
-    keep[1:] = (g[1:] != g[:-1]) | (t[1:] != t[:-1]) | (s[1:] != s[:-1])
-    g, t, s = g[keep], t[keep], s[keep]
+    tokens = _distinct(np.sort(ids))
+    t = np.searchsorted(tokens, ids).astype(np.int64)  # dense token numbers
+    if n_groups * max(tokens.size, 1) * n_slots < 2**62:
+        # one int64 key per (round, token, slot), sorted and deduplicated: sets, not bags
+        key = _distinct(np.sort((g * tokens.size + t) * n_slots + s))
+        s = key % n_slots
+        t = key // n_slots  # round and token together: equal within a run
+        g = t // max(tokens.size, 1)
+    else:  # too many for one key: sort by round, then token, then slot
+        order = np.lexsort((s, t, g))
+        g, t, s = g[order], t[order], s[order]
+        keep = np.ones(g.size, bool)
+        keep[1:] = (g[1:] != g[:-1]) | (t[1:] != t[:-1]) | (s[1:] != s[:-1])
+        g, t, s = g[keep], t[keep], s[keep]
     size = np.bincount(g * n_slots + s, minlength=n_groups * n_slots).reshape(n_groups,
                                                                               n_slots)
     # runs of equal (round, token): every pair (p, q > p) of a run shares that token
@@ -72,6 +82,13 @@ def pair_jaccard(ids: np.ndarray, first: np.ndarray, group: np.ndarray, slot: np
     out = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
     out[:, np.arange(n_slots), np.arange(n_slots)] = 0.0
     return out
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values of a sorted array (``np.unique`` without its second sort)."""
+    keep = np.ones(values.size, bool)
+    keep[1:] = values[1:] != values[:-1]
+    return values[keep]
 
 
 def round_similarity(texts: pa.Array | pa.ChunkedArray, team: np.ndarray, n_slots: int,
