@@ -1,7 +1,7 @@
-"""Benchmark the black-box estimators of issue 23: trajectories per second of each kernel as
-fastuq runs it, against the memory-bandwidth floor and against a plain Python loop over
-samples in the style of the single-model libraries (lm-polygraph computes one sample set at a
-time: a similarity matrix, ``np.linalg.eig`` of its Laplacian).
+"""Benchmark the black-box estimators (lexical similarity, the spectral family): trajectories
+per second of each kernel as fastuq runs it, against the memory-bandwidth floor and against
+a plain Python loop over samples in the style of the single-model libraries (lm-polygraph
+computes one sample set at a time: a similarity matrix, ``np.linalg.eig`` of its Laplacian).
 
 Run from the repository root::
 

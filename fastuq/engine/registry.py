@@ -40,6 +40,7 @@ import numpy as np
 
 from fastuq.engine.estimator import Estimator, Param, finite
 from fastuq.engine.inputs import CONFIDENCES, INPUTS
+from fastuq.engine.similarity import SIMILARITIES
 
 __all__ = ["ESTIMATORS", "Estimator", "Param", "check_params", "finite", "get_estimator",
            "register", "takers", "unregister"]
@@ -149,7 +150,7 @@ UAAD_PARAMS = (
 )
 
 
-SIMILARITY = Param("similarity", default="answer", choices=("answer", "lexical"), kernel=False,
+SIMILARITY = Param("similarity", default="answer", choices=SIMILARITIES, kernel=False,
                    doc="the round's similarity graph: answer-class equality, or the "
                        "token-set Jaccard index of the agents' texts")
 
