@@ -518,3 +518,79 @@ def replay_totals(rows, policy: str, calls: str = "team", **kw) -> dict:
     return {"n": n, "accuracy": sum(o["correct"] for o in outs) / n, "calls_total": total,
             "calls_mean": total / n, "flips": sum(o["flip"] for o in outs),
             "stop_mean": sum(stops) / n}
+
+
+# --------------------------------------------------------------------------------------
+# The black-box similarity family (DESIGN.md "Black-box family"), as lm-polygraph defines it
+# (estimators/common.py, eig_val_laplacian.py, deg_mat.py, eccentricity.py), one round of
+# agents at a time, from their texts or answers (not from fastuq's packed inputs).
+
+
+def word_set(text: str | None) -> set[str]:
+    """The token set of a text: ``re``'s ``\\w+`` words of the lowercased text (the consistency
+    gate's tokens); none for a missing text."""
+    import re
+
+    return set(re.findall(r"\w+", text.lower())) if text is not None else set()
+
+
+def jaccard_matrix(texts) -> list[list[float]]:
+    """lm-polygraph's ``_compute_Jaccard_score``: 1 on the diagonal, ``|A n B| / |A u B|``
+    off it, 0 where the union is empty (here on word sets rather than ``str.split``)."""
+    sets = [word_set(x) for x in texts]
+    m = len(sets)
+    w = [[1.0 if a == b else 0.0 for b in range(m)] for a in range(m)]
+    for a in range(m):
+        for b in range(a + 1, m):
+            union = len(sets[a] | sets[b])
+            w[a][b] = w[b][a] = len(sets[a] & sets[b]) / union if union else 0.0
+    return w
+
+
+def answer_matrix(answers) -> list[list[float]]:
+    """Answer-class equality: 1 where two agents give the same (non-null) answer string, and
+    on the diagonal; an agent without an answer is similar to itself only."""
+    m = len(answers)
+    return [[1.0 if a == b or (answers[a] is not None and answers[a] == answers[b]) else 0.0
+             for b in range(m)] for a in range(m)]
+
+
+def spectral_polygraph(w) -> dict[str, float]:
+    """The three spectral scores of one similarity matrix, line by line as lm-polygraph
+    computes them (``np.linalg.eig`` of the Laplacian for the eigenvalues, ``scipy``-style
+    ``eigh`` and per-eigenvector norms for eccentricity with ``thres=0.9``), and
+    lexical similarity as minus the mean over pairs."""
+    import numpy as np
+
+    w = np.asarray(w, float)
+    m = w.shape[0]
+    d = np.diag(w.sum(axis=1))
+    d_inv_sqrt = np.linalg.inv(np.sqrt(d))
+    lap = np.eye(m) - d_inv_sqrt @ w @ d_inv_sqrt
+    eig = sum(max(0.0, 1.0 - float(np.real(x))) for x in np.linalg.eig(lap)[0])
+    deg = float(np.trace(m - d) / m ** 2)
+    values, vectors = np.linalg.eigh(lap)
+    kept = vectors[:, values < 0.9].T
+    c_ecc = [-np.linalg.norm(x - x.mean(0), 2) for x in kept]
+    ecc = float(np.linalg.norm(c_ecc, 2))
+    pairs = [w[a, b] for a in range(m) for b in range(a + 1, m)]
+    lex = -sum(pairs) / len(pairs) if pairs else float("nan")
+    return {"eigval_laplacian": eig, "degree_matrix": deg, "eccentricity": ecc,
+            "lexical_similarity": lex}
+
+
+def spectral_trajectory(rounds, team: int, kind: str) -> dict[str, float]:
+    """Every spectral score of one trajectory: ``rounds`` its ``[round][agent]`` texts
+    (``kind="lexical"``) or answers (``"answer"``), each round padded with ``None`` to the
+    ``team`` agents; ``<name>`` the last round's, ``<name>_mean`` the mean over rounds."""
+    out = {}
+    per_round = []
+    for agents in rounds:
+        agents = list(agents) + [None] * (team - len(agents))
+        w = jaccard_matrix(agents) if kind == "lexical" else answer_matrix(agents)
+        per_round.append(spectral_polygraph(w))
+    for name in per_round[0]:
+        values = [r[name] for r in per_round]
+        out[name] = values[-1]
+        out[f"{name}_mean"] = sum(values) / len(values)
+    return out

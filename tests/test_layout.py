@@ -386,6 +386,10 @@ PUBLIC = {
         "call_kernel", "outputs_of", "prepare_estimator", "run_estimator",
         "run_estimator_rounds"},
     "fastuq.engine.files": {"ProgressBar", "ScoreReport", "score_file"},
+    # the black-box family's host side: word tokens, pairwise Jaccard, the similarity input
+    "fastuq.signals.tokens": {"WORD", "text_token_ids", "word_token_ids"},
+    "fastuq.signals.lexical": {"pair_jaccard", "round_similarity"},
+    "fastuq.engine.similarity": {"SIMILARITIES", "answer_labels", "text_similarity"},
     "fastuq.engine.host": {
         "MMAP_THRESHOLD", "TRIM_THRESHOLD", "available_cpus", "cgroup_cpu_limit",
         "default_cpu_devices", "release_memory", "tune_allocator", "use_cpu_devices"},

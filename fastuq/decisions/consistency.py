@@ -24,11 +24,8 @@ and non-empty after normalisation), clamped to [0, 1]; a candidate without a usa
 scores 0.0 (the gate fails closed). tests/_references.py (``consistency_exact``) is the same
 definition written item by item in plain Python.
 
-Why one module over 600 lines: the score is one vectorized pipeline (answers read over whole
-columns, tokens as integer ids from the UTF-8 bytes, pair counts by sorted merges on a thread
-pool) whose helpers exist only for it and share its byte-level constants; split, each part
-would import the other's private helpers. Importing it imports NumPy and
-:mod:`fastuq.answers`.
+The word tokens are :func:`fastuq.signals.tokens.word_token_ids`' (shared with
+``lexical_similarity``). Importing this module imports NumPy and :mod:`fastuq.answers`.
 """
 
 from __future__ import annotations
@@ -39,6 +36,8 @@ import numpy as np
 
 from fastuq.answers import check_coded, extract_answer_column
 from fastuq.answers.column import string_array
+from fastuq.signals.tokens import WORD  # noqa: F401 (re-exported by fastuq.gate)
+from fastuq.signals.tokens import word_token_ids as _token_ids
 
 __all__ = ["consistency_scores", "corpus_consistency"]
 
@@ -47,8 +46,6 @@ __all__ = ["consistency_scores", "corpus_consistency"]
 #: follow): the normalisation collapses runs of these, and a sample of nothing else is empty.
 WHITESPACE = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004"
               "\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
-#: The tokens of a text with a non-ASCII character: Python's ``re`` words of its lowercasing.
-WORD = r"\w+"
 
 # Byte classes of UTF-8 text. _SOLID: an ASCII byte that is not whitespace (a row starting or
 # ending with one is surely not empty after normalisation).
@@ -57,12 +54,8 @@ _SOLID[[ord(c) for c in WHITESPACE if ord(c) < 128]] = False
 _SOLID[128:] = False
 _ASCII_LOWER = np.arange(256, dtype=np.uint8)
 _ASCII_LOWER[0x41:0x5B] |= 0x20
-_LOW_BYTES = np.array([(1 << (8 * i)) - 1 for i in range(8)] + [(1 << 64) - 1], np.uint64)
 _PAD = np.uint64((1 << 64) - 1)  # fills the rows of a pair matrix; no key is PAD or PAD - 1
-_U64 = np.dtype("<u8")
 _ONES = np.uint64(0x0101010101010101)
-_HIGHS = np.uint64(0x8080808080808080)
-_WORD_KEY = 0x9E3779B97F4A7C15  # word j of a long token is mixed with j * _WORD_KEY
 # Bytes of text per task of the token and pair computation: 256 KB was the fastest of 128 KB
 # to 4 MB on the 2-core bench machine (a task's arrays take some 30 times its text).
 _CHUNK_BYTES = 1 << 18
@@ -292,186 +285,6 @@ def _same_normalised(a, b) -> np.ndarray:
                 .str.strip_chars(" "))
 
     return (norm(a) == norm(b)).to_numpy()
-
-
-def _token_ids(data: np.ndarray, off: np.ndarray, tag: int) -> tuple[np.ndarray, np.ndarray]:
-    """Token keys of text rows.
-
-    Args:
-      data: ``[B]`` uint8, the rows' UTF-8 bytes back to back.
-      off: ``[R+1]`` int64, row ``r`` is ``data[off[r]:off[r+1]]`` (``off[0] == 0``).
-      tag: 0 or 1, the key's lowest bit.
-
-    Returns:
-      ``(keys [T] uint64, first [R+1] int64)``: row ``r``'s tokens, in text order, are
-      ``keys[first[r]:first[r+1]]``; a key is ``id << 1 | tag`` with ``id < 2**63 - 1``.
-    """
-    if data.size and data.max() >= 0x80:
-        data, off = _words_of_non_ascii(data, off)
-    nb = data.size
-    low = np.zeros(nb + 16, np.uint8)  # token bytes lowercased, every other byte 0
-    lv = low[:nb]
-    np.less(data - 0x41, 26, out=lv.view(bool))  # upper-case ASCII: 1, else 0
-    lv <<= 5
-    lv |= data
-    tok = np.less(lv - 0x61, 26)
-    tok |= np.less(data - 0x30, 10)
-    tok |= data == 0x5F
-    tok |= data >= 0x80
-    np.multiply(lv, tok, out=lv)
-    start = tok.copy()
-    start[1:] &= ~tok[:-1]
-    rows = np.flatnonzero(off[1:] > off[:-1])
-    start[off[rows]] = tok[off[rows]]  # a token never spans two rows
-    si = np.flatnonzero(start)
-    first = np.searchsorted(si, off)
-    # the 8 bytes from each position as one aligned uint64 (little-endian: the first byte
-    # lowest); a gather from the unaligned view itself is several times slower
-    words = np.ascontiguousarray(np.ndarray((nb + 9,), _U64, low, 0, (1,)))
-    ids = words[si]
-    # keep the bytes before the first zero byte (the token's end): t flags the lowest zero
-    # byte of each word exactly (bit 7 of that byte), or is 0 when all 8 bytes are nonzero
-    t = ids - _ONES
-    t &= ~ids
-    t &= _HIGHS
-    full = t == 0
-    t &= ~t + np.uint64(1)
-    t >>= np.uint64(7)
-    t -= np.uint64(1)
-    ids &= t
-    # a row ending in a token byte, followed by a row starting with one: the word of its last
-    # token runs into the next row; cut it at the row's end
-    end = off[rows + 1]
-    glued = rows[(end < nb) & tok[end - 1] & tok[np.minimum(end, nb - 1)]]
-    g_tok = first[glued + 1] - 1
-    g_len = off[glued + 1] - si[g_tok]
-    full[g_tok] = False
-    ids[g_tok] = words[si[g_tok]] & _LOW_BYTES[np.minimum(g_len, 8)]
-    # longer than 8 bytes: 8 nonzero bytes and a ninth
-    f = np.flatnonzero(full)
-    w1 = words[si[f] + 8]
-    more = (w1 & np.uint64(0xFF)) != 0
-    long, w1 = f[more], w1[more]
-    if long.size:  # 9 to 15 bytes: the second word cut at its first zero byte
-        t = w1 - _ONES
-        t &= ~w1
-        t &= _HIGHS
-        two = t != 0
-        t &= ~t + np.uint64(1)
-        t >>= np.uint64(7)
-        t -= np.uint64(1)
-        w1 &= t
-        w1 ^= np.uint64(_WORD_KEY)
-        h = _fmix64(ids[long]) + _fmix64(w1)  # as _long_hash, without the lengths
-        longer = np.flatnonzero(~two)  # 16 bytes or more
-        if longer.size:
-            s = si[long[longer]]
-            h[longer] = _long_hash(words, s, _long_lengths(words, s, lv))
-        ids[long] = _long_id(h)
-    g_long = np.flatnonzero(g_len > 8)
-    if g_long.size:
-        k = g_tok[g_long]
-        ids[k] = _long_id(_long_hash(words, si[k], g_len[g_long]))
-    high = np.flatnonzero(ids >> np.uint64(63))  # 8 bytes, the last non-ASCII: hashed,
-    if high.size:  # as the shift below would drop that bit
-        ids[high] = _long_id(_long_hash(words, si[high], np.full(high.size, 8, np.int64)))
-    ids <<= np.uint64(1)
-    if tag:
-        ids |= np.uint64(1)
-    return ids, first
-
-
-def _long_lengths(words: np.ndarray, start: np.ndarray, lv: np.ndarray) -> np.ndarray:
-    """Lengths of tokens with more than 15 bytes, from their starts: the first zero byte after
-    the first 16, found word by word (a token of more than 64 bytes: from the zero bytes'
-    positions)."""
-    length = np.zeros(start.size, np.int64)
-    active = np.arange(start.size)
-    for j in range(2, 9):
-        if not active.size:
-            return length
-        w = words[start[active] + 8 * j]
-        t = w - _ONES
-        t &= ~w
-        t &= _HIGHS
-        hit = t != 0
-        t = t[hit]
-        t &= ~t + np.uint64(1)  # 2 ** (8 k + 7) for the first zero byte k
-        length[active[hit]] = 8 * j + (np.log2(t.astype(np.float64)).astype(np.int64) >> 3)
-        active = active[~hit]
-    if active.size:
-        zeros = np.flatnonzero(lv == 0)
-        s = start[active]
-        at = np.searchsorted(zeros, s)
-        length[active] = np.where(at < zeros.size, zeros[np.minimum(at, zeros.size - 1)],
-                                  lv.size) - s
-    return length
-
-
-def _long_hash(words: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarray:
-    """Hashes of tokens longer than 8 bytes: ``sum_j fmix64(w_j ^ j * _WORD_KEY)`` over the
-    8-byte words ``w_j`` of the token, ``j = 0 .. length // 8``, bytes past its end zeroed
-    (so the last word may be 0: a token has no zero byte, and its length is implied)."""
-    nw = length // 8 + 1
-    tok = np.repeat(np.arange(length.size), nw)
-    head = np.cumsum(nw) - nw
-    j = np.arange(tok.size) - head[tok]
-    w = words[start[tok] + 8 * j] & _LOW_BYTES[np.minimum(length[tok] - 8 * j, 8)]
-    w ^= j.astype(np.uint64) * np.uint64(_WORD_KEY)
-    return np.add.reduceat(_fmix64(w), head)
-
-
-def _long_id(h: np.ndarray) -> np.ndarray:
-    """A hashed token's id from its hash: 62 bits of it with bit 7 set. An ASCII short
-    token's id has bit 7 clear (its first byte is ASCII), so the two kinds never collide
-    there; a short non-ASCII token (first byte >= 0x80) can equal a hash only by a hash
-    collision. Every id stays below ``2**63 - 1`` (bit 63 clear)."""
-    h &= np.uint64((1 << 62) - 1)
-    h |= np.uint64(0x80)
-    return h
-
-
-def _fmix64(k: np.ndarray) -> np.ndarray:
-    """MurmurHash3's 64-bit finaliser, in place."""
-    k ^= k >> np.uint64(33)
-    k *= np.uint64(0xFF51AFD7ED558CCD)
-    k ^= k >> np.uint64(33)
-    k *= np.uint64(0xC4CEB9FE1A85EC53)
-    k ^= k >> np.uint64(33)
-    return k
-
-
-def _words_of_non_ascii(data: np.ndarray, off: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    r"""The rows holding a non-ASCII byte replaced by their ``re`` words (``\w+`` of the
-    Python-lowercased text) joined by single spaces, once per distinct row; ASCII rows are
-    unchanged (their tokens are found from the bytes: ``\w`` on ASCII is ``[A-Za-z0-9_]``
-    and lowercasing ASCII stays ASCII). A word's UTF-8 bytes are all token bytes and a space
-    is none, so the byte tokenizer reads those words back exactly."""
-    import re
-
-    hit = np.flatnonzero(data >= 0x80)
-    rows = np.unique(np.searchsorted(off, hit, side="right") - 1)
-    words = re.compile(WORD)
-    cache: dict[bytes, bytes] = {}
-    new = []
-    for r in rows.tolist():
-        raw = data[off[r]:off[r + 1]].tobytes()
-        out = cache.get(raw)
-        if out is None:
-            text = raw.decode("utf-8", errors="replace")
-            out = cache[raw] = " ".join(words.findall(text.lower())).encode("utf-8")
-        new.append(out)
-    l_data = np.frombuffer(b"".join(new), np.uint8)
-    l_off = np.zeros(rows.size + 1, np.int64)
-    np.cumsum([len(b) for b in new], out=l_off[1:])
-    length = np.diff(off)
-    src = off[:-1].copy()
-    length[rows] = np.diff(l_off)
-    src[rows] = data.size + l_off[:-1]
-    new_off = np.zeros(len(off), np.int64)
-    np.cumsum(length, out=new_off[1:])
-    pos = np.arange(new_off[-1]) - np.repeat(new_off[:-1] - src, length)
-    return np.concatenate([data, l_data])[pos], new_off
 
 
 def _chunks(lengths: np.ndarray) -> list[tuple[int, int]]:

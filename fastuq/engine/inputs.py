@@ -57,6 +57,11 @@ input               shape           built from
                                     has no step columns (optional: absent with them)
 ``round_classes``   ``[T, N, A]``   UAAD's derived risk: ``answer_class`` where the corpus
                     int             has no step columns (optional: absent with them)
+``similarity``      ``[T, N, A]``   the round's similarity graph, by the ``similarity``
+                    or ``[T, N,     parameter: ``answer``: each node's vote-class label
+                    A, A]``         (``answers``); ``lexical``: pairwise token-set Jaccard
+                                    of ``texts`` (:mod:`fastuq.engine.similarity`)
+``text_similarity`` ``[T, N, A, A]`` the lexical form of ``similarity`` (``texts``)
 ==================  ==============  =====================================================
 
 ``belief`` comes from the ``belief`` column, or else from ``answer_logprob`` (the summed
@@ -474,6 +479,18 @@ def _n_agents(ctx: Context) -> np.ndarray:
     return np.maximum(ctx.batch.team_sizes("answers"), 1).astype(ctx.batch.dtype)
 
 
+def _similarity(ctx: Context) -> np.ndarray:
+    from fastuq.engine.similarity import answer_labels, text_similarity
+
+    if ctx.packing.get("similarity") == "lexical":
+        return text_similarity(ctx.batch)
+    return answer_labels(ctx.batch)
+
+
+def _similarity_source(packing: Mapping[str, object]) -> str:
+    return "texts" if packing.get("similarity") == "lexical" else "answers"
+
+
 def _cols(*names: str) -> Callable[[Mapping[str, object]], tuple[str, ...]]:
     return lambda packing: names
 
@@ -550,6 +567,14 @@ INPUTS: Mapping[str, PackedInput] = {
                     "token_entropy (or topk_logprobs, or --observation-noise)"),
         PackedInput("round_classes", 1, -1, _cols("answers", "n_agents"), _cols(),
                     _risk_available, _round_classes, "answers"),
+        PackedInput("similarity", 1, -1.0,
+                    lambda packing: (_similarity_source(packing), "n_agents"),
+                    _cols(), lambda batch, packing: batch.has(_similarity_source(packing)),
+                    _similarity, _similarity_source),
+        PackedInput("text_similarity", 1, -1.0, _cols("texts", "n_agents"),
+                    _cols(), _has("texts"),
+                    lambda ctx: _similarity(Context(ctx.batch, {"similarity": "lexical"},
+                                                    ctx.inputs)), "texts"),
         PackedInput("n_agents", 0, 1.0, _cols("n_agents", "answers"), _cols(),
                     _has("answers"), _n_agents, "answers"),
     )

@@ -40,6 +40,7 @@ import numpy as np
 
 from fastuq.engine.estimator import Estimator, Param, finite
 from fastuq.engine.inputs import CONFIDENCES, INPUTS
+from fastuq.engine.similarity import SIMILARITIES
 
 __all__ = ["ESTIMATORS", "Estimator", "Param", "check_params", "finite", "get_estimator",
            "register", "takers", "unregister"]
@@ -149,6 +150,20 @@ UAAD_PARAMS = (
 )
 
 
+SIMILARITY = Param("similarity", default="answer", choices=SIMILARITIES, kernel=False,
+                   doc="the round's similarity graph: answer-class equality, or the "
+                       "token-set Jaccard index of the agents' texts")
+
+
+def _spectral(name: str, description: str, inputs=("similarity", "round_mask"),
+              params=(SIMILARITY,)) -> Estimator:
+    """An entry of :mod:`fastuq.kernels.spectral`: the last round's score and its mean."""
+    return Estimator(name=name, inputs=inputs, params=params,
+                     outputs=(name, f"{name}_mean"), **_kernels("spectral", name),
+                     description=description + " (last executed round; also its mean over "
+                                               "rounds, <name>_mean)")
+
+
 def _kernels(module: str, name: str) -> dict[str, str]:
     return {"kernel": f"{module}:{name}", "twin": f"{module}:{name}_numpy",
             "reference": f"{module}:{name}_reference"}
@@ -237,6 +252,18 @@ _BUILTIN = (
         description="UAAD: the round-0 step risk that routes (also: the largest risk of any "
                     "round, tier 0/1/2, stop round and calls Q = M + N R + 1)",
     ),
+    _spectral("lexical_similarity",
+              "minus the mean pairwise token-set Jaccard index of the agents' texts",
+              inputs=("text_similarity", "round_mask"), params=()),
+    _spectral("eigval_laplacian",
+              "Lin et al. 2023: sum of max(0, 1 - eigenvalue) of the normalised graph "
+              "Laplacian of the round's similarity (with answers: the number of answer sets)"),
+    _spectral("degree_matrix",
+              "Lin et al. 2023: trace(m I - D) / m^2, one minus the mean similarity of the "
+              "round's agents"),
+    _spectral("eccentricity",
+              "Lin et al. 2023: spread of the agents' Laplacian embeddings (eigenvalues "
+              "below 0.9)"),
 )
 
 _REGISTRY: dict[str, Estimator] = {est.name: est for est in _BUILTIN}

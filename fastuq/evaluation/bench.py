@@ -111,10 +111,28 @@ def _with_node_entropy(table):
     return table.append_column("node_entropy", outer.cast(pa.list_(pa.list_(pa.float64()))))
 
 
+def _with_texts(table):
+    """``table`` with a ``texts`` column ``[round][agent]`` for the text-reading estimators:
+    each node's text states its answer (``"... so the answer is A"``, with a per-round word),
+    ``"no answer"`` where the answer did not parse, null where the node is."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    ans = table.column("answers").combine_chunks()
+    inner = ans.values
+    stated = pc.binary_join_element_wise(
+        "we reason step by step so the answer is", pc.fill_null(inner.values, "unclear"), " ")
+    nodes = pa.ListArray.from_arrays(inner.offsets, stated,
+                                     mask=inner.is_null() if inner.null_count else None)
+    outer = pa.ListArray.from_arrays(ans.offsets, nodes,
+                                     mask=ans.is_null() if ans.null_count else None)
+    return table.append_column("texts", outer.cast(pa.list_(pa.list_(pa.string()))))
+
+
 def simulated_batch(n: int, rounds: int, agents: int, dtype: str | np.dtype, seed: int = 0):
     """A :class:`~fastuq.engine.batch.Batch` of ``n`` simulated debates (``rounds`` rounds,
-    ``agents`` agents each, every agent answering every round), with ``belief`` and
-    ``node_entropy`` columns, packing to ``dtype``."""
+    ``agents`` agents each, every agent answering every round), with ``belief``,
+    ``node_entropy`` and ``texts`` columns, packing to ``dtype``."""
     from fastuq.engine.batch import Batch
     from fastuq.synth import add_beliefs, corpus
 
@@ -122,7 +140,7 @@ def simulated_batch(n: int, rounds: int, agents: int, dtype: str | np.dtype, see
         raise ValueError(f"bench: rounds and agents must be in 1..64, got {rounds} rounds, "
                          f"{agents} agents")
     table = corpus(n, protocol="debate", seed=seed, n_agents=agents, n_rounds=rounds)
-    table = _with_node_entropy(add_beliefs(table, seed=seed))
+    table = _with_texts(_with_node_entropy(add_beliefs(table, seed=seed)))
     return Batch(table, source="simulated", dtype=np.dtype(dtype))
 
 

@@ -1,0 +1,321 @@
+"""The black-box similarity family on each debate round's graph: ``lexical_similarity`` and
+the spectral scores of Lin, Trivedi and Sun (2023), "Generating with Confidence:
+Uncertainty Quantification for Black-box Large Language Models" (arXiv:2305.19187):
+``eigval_laplacian``, ``degree_matrix``, ``eccentricity`` (as lm-polygraph implements them:
+``estimators/eig_val_laplacian.py``, ``deg_mat.py``, ``eccentricity.py``).
+
+The graph of a round. Its nodes are the ``m`` agents of the team (every slot ``a < team``:
+an agent that did not answer, or whose answer did not parse, stays a node, as it stays in
+the denominator of agreement, DESIGN.md); ``W`` is its symmetric similarity matrix with
+``W_aa = 1``, given in one of two forms (the ``similarity`` parameter of the registry):
+
+* ``similarity="answer"``: ``labels [T, N, A]`` float, ``W_ab = 1`` iff ``labels_a ==
+  labels_b`` (the packed input gives each node the lowest slot of its round whose answer is
+  in the same vote class, the classes agreement counts; an agent without a vote gets its own
+  slot, so it is similar to itself only), ``-1`` (any negative) for a slot that is no node.
+  The JAX kernel relies on that form (a node labelled with its own slot opens its set);
+* ``similarity="lexical"``: ``W [T, N, A, A]`` float, the token-set Jaccard index of the
+  agents' texts (:mod:`fastuq.signals.lexical`), a slot with ``W_aa = 0`` being no node.
+
+Per executed round, with ``d_a = sum_b W_ab`` (>= 1), the normalised Laplacian
+``L = I - D^-1/2 W D^-1/2`` and its eigenpairs ``(lambda_j, u_j)``::
+
+    eigval_laplacian   = sum_j max(0, 1 - lambda_j)        (a soft count of answer sets)
+    degree_matrix      = trace(m I - D) / m^2 = 1 - sum_ab W_ab / m^2
+    eccentricity       = || [u_j - mean(u_j)]_{j: lambda_j < 0.9} ||_F
+                       = sqrt(k - sum_{j: lambda_j < 0.9} (1^T u_j)^2 / m)   (k such j)
+                       = sqrt(k - 1 + sum_{j: lambda_j >= 0.9} (1^T u_j)^2 / m)
+    lexical_similarity = -(mean over the m (m - 1) / 2 pairs a < b of W_ab)  (NaN if m < 2)
+
+(eccentricity's second line is the first one summed: ``||u - mean(u)||^2 = 1 - (1^T u)^2 /
+m`` for a unit ``u``; it depends on the eigenspace only, not on the basis an eigen-solver
+picks within it; the third, computed, holds as the squares ``(1^T u_j)^2`` over the whole
+basis sum to ``m``, and has no cancellation in float32 where the team is near-unanimous).
+The threshold 0.9 on the Laplacian's eigenvalues is lm-polygraph's default (``thres``),
+fixed here. All four are uncertainties: higher = less likely correct.
+
+Each estimator writes two columns: ``<name>``, the score of the last executed round (the
+final team's spread), and ``<name>_mean``, its mean over the executed rounds. SAUCE-style
+filtering is not offered: the filter is defined for an agreement in [0, 1] observed with
+token-entropy noise, and none of these scores is one.
+
+How they are computed. With answer-class similarity ``W`` is block-diagonal of all-ones
+blocks (one per set of equal labels, ``K`` blocks): ``D^-1/2 W D^-1/2`` has, per block of
+size ``c``, the eigenvalue 1 once (eigenvector ``1_c / sqrt(c)``) and 0 ``c - 1`` times, so
+exactly ``eigval_laplacian = K``, ``degree_matrix = 1 - sum_c c^2 / m^2`` and
+``eccentricity = sqrt(K - 1)`` (the kept eigenvectors span the block indicators, and
+``sum_c c / m = 1``). The JAX kernel uses these closed forms (integer counts: exact; ``K``
+the nodes labelled with their own slot, ``sum_c c^2`` from the equal pairs, slot loops
+unrolled into ``[T, N]`` vector code); the
+NumPy twin builds ``W`` and calls ``np.linalg.eigh`` like the lexical path, so the two check
+each other. With lexical similarity both run batched symmetric eigendecompositions over
+``[T N, A, A]`` (``jnp.linalg.eigh`` / ``np.linalg.eigh``); ``eigval_laplacian`` there is
+``sum_j max(0, mu_j)`` over the eigenvalues ``mu_j = 1 - lambda_j`` of
+``D^-1/2 W D^-1/2``. Slots that are no node get a zero row, hence ``lambda = 1``: neither
+kept by eccentricity nor counted by ``eigval_laplacian``.
+
+Rounding: float64 gives the eigen-scores to about ``1e-12``; in float32 an eigenvalue moves
+by about ``1e-6``, so ``eccentricity`` can jump where a Laplacian eigenvalue lies within that
+of 0.9 (a discontinuity of the definition, not of the code). Values in padding and in rounds
+that did not execute may be anything (NaN included) and never change a score; a trajectory
+without an executed round gets NaN.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "ECCENTRICITY_THRESHOLD",
+    "degree_matrix",
+    "degree_matrix_numpy",
+    "degree_matrix_reference",
+    "eccentricity",
+    "eccentricity_numpy",
+    "eccentricity_reference",
+    "eigval_laplacian",
+    "eigval_laplacian_numpy",
+    "eigval_laplacian_reference",
+    "lexical_similarity",
+    "lexical_similarity_numpy",
+    "lexical_similarity_reference",
+    "round_score",
+    "round_scores_numpy",
+]
+
+#: Eccentricity keeps the eigenvectors of the normalised Laplacian with eigenvalue below this
+#: (lm-polygraph's ``thres`` default).
+ECCENTRICITY_THRESHOLD = 0.9
+#: The per-round scores of :func:`round_scores`.
+FIELDS = ("eigval_laplacian", "degree_matrix", "eccentricity", "lexical_similarity")
+
+
+# ----------------------------------------------------------------------------------------
+# JAX
+
+
+def _graph(similarity, dtype, xp):
+    """``(W [T, N, A, A] in dtype, node [T, N, A] bool)`` of either form of the similarity
+    (module docstring), zero outside the nodes and NaN-free."""
+    if similarity.ndim == 3:  # answer labels
+        node = similarity >= 0
+        same = similarity[..., :, None] == similarity[..., None, :]
+    else:
+        diag = xp.diagonal(similarity, axis1=-2, axis2=-1)
+        node = diag > 0
+        same = None
+    both = node[..., :, None] & node[..., None, :]
+    if same is not None:
+        w = (same & both).astype(dtype)
+    else:
+        eye = xp.eye(similarity.shape[-1], dtype=bool)
+        w = xp.where(both, xp.where(eye, 1, similarity), 0).astype(dtype)
+    return w, node
+
+
+def _eigen_scores(w, node, dtype, xp):
+    """``(eigval_laplacian, eccentricity)`` ``[T, N]`` by symmetric eigendecompositions of
+    ``D^-1/2 W D^-1/2`` (batched over ``[T, N]``)."""
+    d = w.sum(axis=-1)
+    inv = xp.where(node, 1 / xp.sqrt(xp.where(node, d, 1)), 0).astype(dtype)
+    a = w * inv[..., :, None] * inv[..., None, :]
+    mu, u = xp.linalg.eigh(a)  # L = I - a: lambda = 1 - mu
+    eig = xp.sum(xp.maximum(mu, 0), axis=-1)
+    kept = (1 - mu) < ECCENTRICITY_THRESHOLD  # [T, N, A]
+    m = node.sum(axis=-1).astype(dtype)
+    proj = xp.sum(xp.where(node[..., :, None], u, 0), axis=-2)  # 1^T u_j
+    k = kept.sum(axis=-1).astype(dtype)
+    # k - sum_kept (1^T u)^2 / m = (k - 1) + sum_dropped (1^T u)^2 / m, since the squares
+    # over the whole basis sum to m: no cancellation where the team is nearly unanimous
+    # (k >= 1 for m >= 1: D^1/2 1 has lambda = 0)
+    dropped = xp.sum(xp.where(kept, 0, proj * proj), axis=-1) / xp.where(m > 0, m, 1)
+    return eig, xp.sqrt(xp.maximum(k - 1, 0) + dropped)
+
+
+def _label_rounds(labels, mask, dtype, field: str):
+    """``(score, m)`` ``[T, N]`` of answer labels in closed form, the slot loops unrolled into
+    ``[T, N]`` vector code (XLA fuses a round into one pass; no ``[A, A]`` array): ``K`` =
+    the nodes labelled with their own slot (the labels' contract: each node carries the
+    lowest slot of its set), ``sum W`` = ``m`` + twice the equal pairs ``a < b``."""
+    a_max = labels.shape[-1]
+    lab = [labels[..., a] for a in range(a_max)]
+    node = [(x >= 0) & mask for x in lab]
+    m = sum(x.astype(jnp.int32) for x in node)
+    if field in ("eigval_laplacian", "eccentricity"):
+        k = sum((node[a] & (lab[a] == a)).astype(jnp.int32) for a in range(a_max))
+        k = k.astype(dtype)
+        score = k if field == "eigval_laplacian" else jnp.sqrt(jnp.maximum(k - 1, 0))
+        return score, m.astype(dtype)
+    pairs = sum((node[a] & node[b] & (lab[a] == lab[b])).astype(jnp.int32)
+                for a in range(a_max) for b in range(a + 1, a_max))
+    return _sum_scores(m.astype(dtype), (m + 2 * pairs).astype(dtype), field, jnp), \
+        m.astype(dtype)
+
+
+def _sum_scores(m, total, field: str, xp):
+    """``degree_matrix`` or ``lexical_similarity`` from the node count ``m`` and ``sum W``."""
+    safe = xp.where(m > 0, m, 1)
+    if field == "degree_matrix":
+        return (safe * safe - total) / (safe * safe)
+    pairs = xp.where(m > 1, safe * (safe - 1), 1)
+    return -xp.where(m > 1, (total - m) / pairs, xp.nan)
+
+
+@partial(jax.jit, static_argnames=("field",))
+def round_score(similarity: jax.Array, round_mask: jax.Array, field: str) -> jax.Array:
+    """The per-round score ``field`` (one of :data:`FIELDS`) ``[T, N]``, NaN in rounds that
+    did not execute, in the float dtype of ``similarity``."""
+    mask = round_mask.astype(bool)
+    dtype = similarity.dtype
+    if similarity.ndim == 3:
+        score, m = _label_rounds(similarity, mask, dtype, field)
+    else:
+        w, node = _graph(similarity, dtype, jnp)
+        node = node & mask[..., None]
+        w = jnp.where(node[..., :, None] & node[..., None, :], w, 0)
+        m = node.sum(axis=-1).astype(dtype)
+        if field in ("degree_matrix", "lexical_similarity"):
+            score = _sum_scores(m, w.sum(axis=(-2, -1)), field, jnp)
+        else:
+            eig, ecc = _eigen_scores(w, node, dtype, jnp)
+            score = eig if field == "eigval_laplacian" else ecc
+    return jnp.where(mask & (m > 0), score, jnp.nan)
+
+
+def _aggregate(values, round_mask, xp):
+    """``(last, mean)`` ``[N]`` of per-round ``values [T, N]`` over the executed rounds."""
+    mask = round_mask.astype(bool)
+    t_max = mask.shape[0]
+    last_t = t_max - 1 - xp.argmax(mask[::-1], axis=0)
+    last = xp.take_along_axis(values, last_t[None, :], axis=0)[0]
+    count = mask.sum(axis=0)
+    total = xp.sum(xp.where(mask, values, 0), axis=0)
+    has = count > 0
+    nan = xp.asarray(xp.nan, values.dtype)
+    return (xp.where(has, last, nan),
+            xp.where(has, total / xp.where(has, count, 1).astype(values.dtype), nan))
+
+
+def _estimator(name: str):
+    @jax.jit
+    def kernel(similarity: jax.Array, round_mask: jax.Array) -> dict[str, jax.Array]:
+        last, mean = _aggregate(round_score(similarity, round_mask, name), round_mask, jnp)
+        return {name: last, f"{name}_mean": mean}
+
+    kernel.__name__ = name
+    kernel.__doc__ = (f"``{{{name}, {name}_mean}}`` ``[N]``: the last executed round's "
+                      f"{name} and its mean over the executed rounds (module docstring).")
+    return kernel
+
+
+eigval_laplacian = _estimator("eigval_laplacian")
+degree_matrix = _estimator("degree_matrix")
+eccentricity = _estimator("eccentricity")
+lexical_similarity = _estimator("lexical_similarity")
+
+
+# ----------------------------------------------------------------------------------------
+# NumPy twin
+
+
+def round_scores_numpy(similarity: np.ndarray, round_mask: np.ndarray) -> dict[str, np.ndarray]:
+    """The four per-round scores ``{name: [T, N]}``, NumPy twin of :func:`round_score`:
+    ``W`` built from either form and decomposed by ``np.linalg.eigh`` (answer labels too:
+    no closed form)."""
+    similarity = np.asarray(similarity)
+    mask = np.asarray(round_mask, bool)
+    dtype = similarity.dtype
+    with np.errstate(invalid="ignore", divide="ignore"):
+        w, node = _graph(similarity, dtype, np)
+        node = node & mask[..., None]
+        w = np.where(node[..., :, None] & node[..., None, :], w, 0).astype(dtype)
+        m = node.sum(axis=-1).astype(dtype)
+        total = w.sum(axis=(-2, -1))
+        degree = _sum_scores(m, total, "degree_matrix", np)
+        lexical = _sum_scores(m, total, "lexical_similarity", np)
+        eig, ecc = _eigen_scores(w, node, dtype, np)
+    out = {"eigval_laplacian": eig, "degree_matrix": degree, "eccentricity": ecc,
+           "lexical_similarity": lexical}
+    return {k: np.where(mask & (m > 0), v, np.nan).astype(dtype) for k, v in out.items()}
+
+
+def _estimator_numpy(name: str):
+    def twin(similarity: np.ndarray, round_mask: np.ndarray) -> dict[str, np.ndarray]:
+        values = round_scores_numpy(similarity, round_mask)[name]
+        last, mean = _aggregate(values, np.asarray(round_mask, bool), np)
+        return {name: last, f"{name}_mean": mean}
+
+    twin.__name__ = f"{name}_numpy"
+    twin.__doc__ = f"NumPy twin of :func:`{name}`."
+    return twin
+
+
+eigval_laplacian_numpy = _estimator_numpy("eigval_laplacian")
+degree_matrix_numpy = _estimator_numpy("degree_matrix")
+eccentricity_numpy = _estimator_numpy("eccentricity")
+lexical_similarity_numpy = _estimator_numpy("lexical_similarity")
+
+
+# ----------------------------------------------------------------------------------------
+# Per-trajectory references: one trajectory (``[T, A]`` labels or ``[T, A, A]`` matrices,
+# ``[T]`` mask), plain Python loops over rounds and agents; one ``np.linalg.eigh`` per round.
+
+
+def round_reference(similarity, name: str) -> float:
+    """One round's score ``name`` from ``similarity`` (``[A]`` labels or ``[A, A]``)."""
+    s = np.asarray(similarity)
+    if s.ndim == 1:
+        nodes = [a for a in range(len(s)) if float(s[a]) >= 0]
+        w = [[1.0 if float(s[a]) == float(s[b]) else 0.0 for b in nodes] for a in nodes]
+    else:
+        nodes = [a for a in range(len(s)) if float(s[a][a]) > 0]
+        w = [[1.0 if a == b else float(s[a][b]) for b in nodes] for a in nodes]
+    m = len(nodes)
+    if m == 0:
+        return math.nan
+    if name == "degree_matrix":
+        return 1.0 - math.fsum(math.fsum(row) for row in w) / (m * m)
+    if name == "lexical_similarity":
+        if m < 2:
+            return math.nan
+        pairs = [w[a][b] for a in range(m) for b in range(a + 1, m)]
+        return -math.fsum(pairs) / len(pairs)
+    d = [math.fsum(row) for row in w]
+    lap = np.array([[(1.0 if a == b else 0.0) - w[a][b] / math.sqrt(d[a] * d[b])
+                     for b in range(m)] for a in range(m)])
+    lam, u = np.linalg.eigh(lap)
+    if name == "eigval_laplacian":
+        return math.fsum(max(0.0, 1.0 - float(x)) for x in lam)
+    if name == "eccentricity":
+        kept = [j for j in range(m) if lam[j] < ECCENTRICITY_THRESHOLD]
+        sq = 0.0
+        for j in kept:
+            col = [float(u[a, j]) for a in range(m)]
+            mean = math.fsum(col) / m
+            sq += math.fsum((x - mean) ** 2 for x in col)
+        return math.sqrt(sq)
+    raise ValueError(f"unknown score {name!r}")
+
+
+def _reference(name: str):
+    def reference(similarity, round_mask) -> dict[str, float]:
+        values = [round_reference(similarity[t], name)
+                  for t in range(len(round_mask)) if round_mask[t]]
+        if not values:
+            return {name: math.nan, f"{name}_mean": math.nan}
+        return {name: values[-1], f"{name}_mean": math.fsum(values) / len(values)}
+
+    reference.__name__ = f"{name}_reference"
+    reference.__doc__ = f":func:`{name}` of one trajectory in plain Python."
+    return reference
+
+
+eigval_laplacian_reference = _reference("eigval_laplacian")
+degree_matrix_reference = _reference("degree_matrix")
+eccentricity_reference = _reference("eccentricity")
+lexical_similarity_reference = _reference("lexical_similarity")
