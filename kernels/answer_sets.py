@@ -87,6 +87,7 @@ from .baselines import default_unroll, slot_sum
 __all__ = [
     "COCOA_FIELDS",
     "SET_FIELDS",
+    "UNROLL_SLOTS",
     "answer_entropy",
     "answer_entropy_mean",
     "answer_entropy_mean_numpy",

@@ -354,6 +354,11 @@ PUBLIC = {
     "fastuq.engine.pipeline": {
         "iter_scores", "make_batch", "score_checked_chunk", "score_table", "skip_bad_rows"},
     "fastuq.engine.files": {"ProgressBar", "ScoreReport", "score_file"},
+    # the black-box answer-set estimators (issue 23)
+    "fastuq.kernels.answer_sets": {
+        "COCOA_FIELDS", "SET_FIELDS", "UNROLL_SLOTS", "answer_entropy", "answer_entropy_mean",
+        "answer_sets_scan", "answer_sets_scan_numpy", "cocoa", "cocoa_mean", "cocoa_scan",
+        "cocoa_scan_numpy", "num_answer_sets", "num_answer_sets_mean", "round_answer_sets"},
     "fastuq.engine.host": {
         "MMAP_THRESHOLD", "TRIM_THRESHOLD", "available_cpus", "cgroup_cpu_limit",
         "default_cpu_devices", "release_memory", "tune_allocator", "use_cpu_devices"},
