@@ -267,3 +267,32 @@ def test_cocoa_without_log_probabilities_names_what_it_needs():
     rows = [{k: v for k, v in THREE.items() if k != "seq_logprob"}]
     with pytest.raises(ValueError, match="cocoa needs seq_logprob"):
         fastuq.score(pa.Table.from_pylist(rows), "cocoa")
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_unrolled_and_array_code_agree_to_an_ulp(dtype):
+    """Teams padded to 8 slots run unrolled code, padded to 16 array code: the same numbers
+    to an ulp (the module docstring's stated limit), the number of sets exactly."""
+    rng = np.random.default_rng(5)
+    cls = rng.integers(-1, 4, (4, 512, 8)).astype(np.int32)
+    team = rng.integers(8, 11, 512).astype(dtype)
+    round_mask = rng.random((4, 512)) < 0.8
+    conf = (-rng.exponential(1.0, cls.shape)).astype(dtype)
+    node_mask = (rng.random(cls.shape) < 0.8) & round_mask[:, :, None]
+
+    def pad(x, v):
+        return np.concatenate([x, np.full(x.shape[:2] + (8,), v, x.dtype)], axis=2)
+
+    with jax.enable_x64(dtype == np.float64):
+        short = {**S.answer_sets_scan(cls, team, round_mask, fields=SET_OUTPUTS),
+                 **S.cocoa_scan(conf, cls, team, node_mask, fields=COCOA_OUTPUTS)}
+        wide = {**S.answer_sets_scan(pad(cls, -1), team, round_mask, fields=SET_OUTPUTS),
+                **S.cocoa_scan(pad(conf, 0), pad(cls, -1), team, pad(node_mask, False),
+                               fields=COCOA_OUTPUTS)}
+    eps = float(np.finfo(dtype).eps)
+    for column in SET_OUTPUTS + COCOA_OUTPUTS:
+        x, y = np.asarray(short[column]), np.asarray(wide[column])
+        if column.startswith("num_answer_sets"):
+            np.testing.assert_array_equal(x, y)
+        else:
+            np.testing.assert_allclose(x, y, rtol=4 * eps, atol=4 * eps, err_msg=column)
