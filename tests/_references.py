@@ -594,3 +594,63 @@ def spectral_trajectory(rounds, team: int, kind: str) -> dict[str, float]:
         out[name] = values[-1]
         out[f"{name}_mean"] = sum(values) / len(values)
     return out
+
+
+# ------------------------------------------------- answer entropy, answer sets, CoCoA
+
+
+def _answer_groups(answers, team: int) -> tuple[list[int], int]:
+    """The sizes of one round's groups of equal answers (``None``: no answer, a group of
+    its own) and the team ``n``: every answering agent belongs to the group of its answer,
+    every other team member (``n - answering``) to a group of one."""
+    given = [a for a in answers if a is not None]
+    sizes = [given.count(a) for a in dict.fromkeys(given)]
+    n = max(team, len(given))
+    return sizes + [1] * (n - len(given)), n
+
+
+def answer_sets_exact(rounds, team: int) -> dict[str, float]:
+    """answer_entropy / num_answer_sets of one trajectory's executed ``rounds`` (each a
+    list of answers, ``None`` where an agent gave none), last round and mean over rounds.
+
+    Entropy from its definition -sum_g p_g ln p_g over the groups, ``p_g = |g| / n`` exact
+    (Fractions), each term rounded once and summed exactly (``math.fsum``)."""
+    from math import fsum, log
+
+    entropies, sets = [], []
+    for answers in rounds:
+        sizes, n = _answer_groups(answers, team)
+        shares = [F(s, n) for s in sizes]
+        assert sum(shares) == 1
+        entropies.append(fsum(-float(p) * log(float(p)) for p in shares))
+        sets.append(len(sizes))
+    return {"answer_entropy": entropies[-1],
+            "answer_entropy_mean": fsum(entropies) / len(entropies),
+            "num_answer_sets": float(sets[-1]),
+            "num_answer_sets_mean": float(F(sum(sets), len(sets)))}
+
+
+def cocoa_exact(rounds, team: int) -> dict[str, float]:
+    """CoCoA of one trajectory: ``rounds`` a list of rounds, each a list of ``(answer,
+    confidence)`` per agent (answer ``None``: none; confidence ``None``: the node has none
+    and is not scored). Per scored node i: ``-c_i`` times the share of the other ``n - 1``
+    team members whose answer is not i's (1 for a team of one), mean over the round's scored
+    nodes, exactly (Fractions, the confidences taken as the floats they are); ``cocoa`` the
+    last round with a scored node, ``cocoa_mean`` the mean over such rounds."""
+    values = []
+    for nodes in rounds:
+        answers = [a for a, _ in nodes]
+        n = max(team, sum(a is not None for a in answers))
+        scored = []
+        for i, (a, c) in enumerate(nodes):
+            if c is None:
+                continue
+            same = 0 if a is None else sum(1 for j, b in enumerate(answers) if j != i and b == a)
+            differ = F(n - 1 - same, n - 1) if n > 1 else F(1)
+            scored.append(-F(c) * differ)
+        if scored:
+            values.append(sum(scored) / len(scored))
+    if not values:
+        nan = float("nan")
+        return {"cocoa": nan, "cocoa_mean": nan}
+    return {"cocoa": float(values[-1]), "cocoa_mean": float(sum(values) / len(values))}

@@ -390,6 +390,11 @@ PUBLIC = {
     "fastuq.signals.tokens": {"WORD", "text_token_ids", "word_token_ids"},
     "fastuq.signals.lexical": {"pair_jaccard", "round_similarity"},
     "fastuq.engine.similarity": {"SIMILARITIES", "answer_labels", "text_similarity"},
+    # the black-box answer-set estimators
+    "fastuq.kernels.answer_sets": {
+        "COCOA_FIELDS", "SET_FIELDS", "UNROLL_SLOTS", "answer_entropy", "answer_entropy_mean",
+        "answer_sets_scan", "answer_sets_scan_numpy", "cocoa", "cocoa_mean", "cocoa_scan",
+        "cocoa_scan_numpy", "num_answer_sets", "num_answer_sets_mean", "round_answer_sets"},
     "fastuq.engine.host": {
         "MMAP_THRESHOLD", "TRIM_THRESHOLD", "available_cpus", "cgroup_cpu_limit",
         "default_cpu_devices", "release_memory", "tune_allocator", "use_cpu_devices"},

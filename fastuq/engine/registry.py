@@ -225,6 +225,26 @@ _BUILTIN = (
         per_round=_rounds("baselines", "weighted_agreement"),
         description="minus the static precision-weighted agreement (weights 1/R_t)",
     ),
+    *(Estimator(
+        name=name, inputs=("answer_class", "n_agents", "round_mask"),
+        **_kernels("answer_sets", name), description=description,
+    ) for name, description in (
+        ("answer_entropy", "entropy (nats) of the last executed round's answer classes "
+                           "(discrete semantic entropy; an agent without an answer is a "
+                           "class of its own)"),
+        ("answer_entropy_mean", "answer_entropy's mean over executed rounds"),
+        ("num_answer_sets", "number of answer classes in the last executed round (an agent "
+                            "without an answer is a set of its own)"),
+        ("num_answer_sets_mean", "num_answer_sets' mean over executed rounds"),
+    )),
+    *(Estimator(
+        name=name, inputs=("node_confidence", "answer_class", "n_agents", "node_mask"),
+        params=(CONFIDENCE,), **_kernels("answer_sets", name), description=description,
+    ) for name, description in (
+        ("cocoa", "CoCoA: mean over the final round's nodes of -confidence times the share "
+                  "of the other agents whose answer differs"),
+        ("cocoa_mean", "cocoa's per-round value, mean over rounds with a valid node"),
+    )),
     Estimator(
         name="bccs", inputs=("answer_class", "belief", "n_agents", "round_mask"),
         params=BCCS_PARAMS, outputs=("bccs", "bccs_first_full", "bccs_leader"),
