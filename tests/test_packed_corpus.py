@@ -55,7 +55,9 @@ def test_pack_scores_bit_identical_to_parquet(tmp_path, dtype, drop_entropy):
         # the same chunks from Parquet (the NumPy twin of UMAS is not chunk-invariant in
         # the last bit: 7 of 650 rows differ by 4.4e-16 between 97- and 256-row chunks)
         base = _scores(src, dtype, chunk_rows=pack_rows)
-        assert set(base) >= set(fastuq.ESTIMATORS), sorted(set(fastuq.ESTIMATORS) - set(base))
+        # every estimator but those reading texts (the simulated corpus holds none)
+        want = set(fastuq.ESTIMATORS) - {"lexical_similarity"}
+        assert set(base) >= want, sorted(want - set(base))
         pack = tmp_path / f"c{pack_rows}.fqpack"
         manifest = pack_corpus(src, pack, chunk_rows=pack_rows)
         assert manifest["rows"] == n and len(manifest["chunks"]) == -(-n // pack_rows)
@@ -117,7 +119,7 @@ def test_cli_score_eval_select_from_pack_equal_parquet(tmp_path, capsys):
     assert _cli("eval", src, "--method", "all", "--json", ja, "--chunk-rows", 300) == 0
     assert _cli("eval", pack, "--method", "all", "--json", jb) == 0
     ea, eb = json.loads(ja.read_text()), json.loads(jb.read_text())
-    assert ea["n"] == eb["n"] == 2000 and len(ea["estimators"]) == 9
+    assert ea["n"] == eb["n"] == 2000 and len(ea["estimators"]) >= 9
     assert ea["estimators"] == eb["estimators"] and ea["accuracy"] == eb["accuracy"]
     sa, sb = tmp_path / "sa.json", tmp_path / "sb.json"
     assert _cli("select", src, "--json", sa) == 0

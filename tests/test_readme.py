@@ -130,6 +130,8 @@ NOT_CODE: dict[str, str] = {
     "R_t     = max(H_t, 1e-8)": "SAUCE's filter equations",
     "fastuq/             the public API (fastuq.score, sauce, sauce_batch, register_estimator, "
     "...)": "the source tree's layout",
+    "answer_entropy  = -sum_k (c_k/n) ln(c_k/n) - (silent/n) ln(1/n)   discrete semantic "
+    "entropy": "the answer-set estimators' definitions",
 }
 
 #: README file names and how each is made (in :func:`base_folder`).
@@ -503,7 +505,7 @@ MENTIONS: frozenset[str] = frozenset({
     "fastuq report", "fastuq eval --by protocol", "fastuq sweep --rank auto|host|device",
     "fastuq score --pack auto|host|device", "fastuq score --method NAME",
     "fastuq COMMAND --help", "fastuq calibrate", "fastuq score ... --calibration calib.json",
-    "fastuq report ... --calibration calib.json", "fastuq pack",
+    "fastuq report ... --calibration calib.json", "fastuq pack", "fastuq import dylan",
     "fastuq score --method stack --params stack.json", "fastuq fit --stack -o",
     "fastuq bench", "fastuq bench --json",
 })
