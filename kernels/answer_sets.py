@@ -86,7 +86,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .baselines import default_unroll, slot_sum
+from .baselines import default_unroll, slot_sum, tree_sum
 
 __all__ = [
     "COCOA_FIELDS", "SET_FIELDS", "UNROLL_SLOTS", "answer_entropy", "answer_entropy_mean",
@@ -166,18 +166,6 @@ def round_answer_sets(answer_class, n_agents, xp=jnp):
 UNROLL_SLOTS = 8
 
 
-def _tree_sum(terms: list):
-    """:func:`~kernels.baselines.slot_sum`'s halving tree over a list of ``[N]`` terms (a
-    missing term past the end adds nothing, as -0.0 does there): the same association."""
-    terms = list(terms)
-    terms += [None] * ((1 << max(len(terms) - 1, 0).bit_length()) - len(terms))
-    while len(terms) > 1:
-        half = len(terms) // 2
-        terms = [x if y is None else y if x is None else x + y
-                 for x, y in zip(terms[:half], terms[half:], strict=True)]
-    return terms[0]
-
-
 def _votes_unrolled(cls) -> list:
     """Per slot ``[N]`` int32: the votes of its class (0 where it did not answer), from
     ``A (A - 1) / 2`` pair compares."""
@@ -208,7 +196,7 @@ def _round_sets_jax(cls, team):
     terms = [((hist[m - 1].astype(dtype) + silent) if m == 1 else hist[m - 1].astype(dtype))
              / n * jnp.log(n / dtype.type(m)) for m in range(1, a_max + 1)]
     sets = sum(hist[m - 1] // m for m in range(1, a_max + 1))
-    return _tree_sum(terms), sets.astype(dtype) + silent
+    return tree_sum(terms), sets.astype(dtype) + silent
 
 
 def _round_cocoa_jax(cls, conf, valid, team):

@@ -84,6 +84,8 @@ __all__ = [
     "perplexity_final_numpy",
     "round_baselines",
     "round_baselines_numpy",
+    "slot_sum",
+    "tree_sum",
     "weighted_agreement",
     "weighted_agreement_numpy",
     "weighted_agreement_rounds",
@@ -194,6 +196,19 @@ def slot_sum(x, mask, xp=jnp):
         half = x.shape[-1] // 2
         x = x[..., :half] + x[..., half:]
     return x[..., 0]
+
+
+def tree_sum(terms: list):
+    """:func:`slot_sum`'s halving tree over a list of ``[N]`` terms (one
+    per slot; a missing slot past the end adds nothing, as ``-0.0`` does there): the same
+    association, so the same bits."""
+    terms = list(terms)
+    terms += [None] * ((1 << max(len(terms) - 1, 0).bit_length()) - len(terms))
+    while len(terms) > 1:
+        half = len(terms) // 2
+        terms = [x if y is None else y if x is None else x + y
+                 for x, y in zip(terms[:half], terms[half:], strict=True)]
+    return terms[0]
 
 
 def _node_step(carry: NodeCarry, inputs):

@@ -79,7 +79,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .baselines import default_unroll, slot_sum
+from .baselines import default_unroll, slot_sum, tree_sum
 from .sauce import sauce, sauce_numpy, sauce_reference, sauce_rounds, sauce_rounds_numpy
 
 __all__ = [
@@ -173,19 +173,6 @@ def _check_fields(fields: tuple[str, ...]) -> None:
 UNROLL_SLOTS = 8
 
 
-def _tree_sum(terms: list) -> jax.Array:
-    """:func:`~kernels.baselines.slot_sum`'s halving tree over a list of ``[N]`` terms (one
-    per slot; a missing slot past the end adds nothing, as ``-0.0`` does there): the same
-    association, so the same bits."""
-    terms = list(terms)
-    terms += [None] * ((1 << max(len(terms) - 1, 0).bit_length()) - len(terms))
-    while len(terms) > 1:
-        half = len(terms) // 2
-        terms = [x if y is None else y if x is None else x + y
-                 for x, y in zip(terms[:half], terms[half:], strict=True)]
-    return terms[0]
-
-
 def _round_unrolled(cls, b, team, params: BccsParams):
     """:func:`_round` for small teams: the slot loops unrolled into ``[N]`` vector code, so
     XLA fuses a round into one pass over the batch."""
@@ -211,9 +198,9 @@ def _round_unrolled(cls, b, team, params: BccsParams):
             better = count > size
             size, top = jnp.where(better, count, size), jnp.where(better, c[i], top)
     support = [answered[i] & (c[i] == top) for i in range(a_max)]
-    total = _tree_sum([jnp.where(answered[i], bel[i], neg) for i in range(a_max)])
-    s_b = _tree_sum([jnp.where(support[i], bel[i], neg) for i in range(a_max)])
-    other = _tree_sum([jnp.where(answered[i] & ~support[i], bel[i], neg)
+    total = tree_sum([jnp.where(answered[i], bel[i], neg) for i in range(a_max)])
+    s_b = tree_sum([jnp.where(support[i], bel[i], neg) for i in range(a_max)])
+    other = tree_sum([jnp.where(answered[i] & ~support[i], bel[i], neg)
                        for i in range(a_max)])
     leader = jnp.full(size.shape, -1, jnp.int32)
     best = jnp.full(size.shape, -jnp.inf, b.dtype)

@@ -103,6 +103,18 @@ print(f"scored {N:,} trajectories x {len(names)} estimators in "
 print("not scored (inputs missing):", ", ".join(n for n in fastuq.ESTIMATORS if n not in names))
 table = ev.evaluation_table(labels, scores.select(names))
 print(ev.format_table(table))'''),
+    ("markdown", """**Every estimator, and a combination of all of them.** The table holds each
+registered estimator whose inputs DyLAN's logs have (SAUCE, the agreement baselines, UAAD's
+risk, answer entropy and the number of answer sets, the spectral family on answer classes;
+the log-probability estimators need token log-probabilities, which these logs lack). The
+stack (`fastuq fit --stack`) combines all the columns by an L2 logistic regression fitted
+per protocol, cross-fitted: its AUROC below is held out (each fold scored by a model fitted on
+the other folds), beside each input on the same folds, with a bootstrap interval of the
+stack minus the best single column."""),
+    ("code", '''from fastuq.evaluation import fit_stack
+
+stack = fit_stack(scores.select(names), labels, scores["protocol"].to_numpy(), bootstrap=200)
+print(stack.summary())'''),
     ("markdown", """Agreement-based scores take few distinct values on a 4-agent team, so many
 trajectories tie; AUROC counts tied pairs one half, and AUARC keeps tied trajectories in file
 order. SAUCE's filter spreads the same agreement trace over more values.

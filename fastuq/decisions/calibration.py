@@ -64,7 +64,7 @@ from fastuq.metrics.platt import oof_platt, platt_fit
 
 __all__ = ["CALIBRATION_METHODS", "ECE_BINS", "NO_PROTOCOL", "Calibrator", "calibration_metrics",
            "isotonic_fit", "isotonic_predict", "major_version", "probability_column",
-           "scoring_record"]
+           "scoring_mismatch", "scoring_record"]
 
 #: The maps :class:`Calibrator` fits.
 CALIBRATION_METHODS = ("platt", "isotonic")
@@ -172,6 +172,32 @@ def scoring_record(
             "observation_noise": None if observation_noise is None else float(observation_noise),
             "math": bool(math)}
 
+
+
+def scoring_mismatch(mine: Mapping, now: Mapping, estimators, protocols, *, subject: str,
+                     current: str, missing_ok: bool) -> str | None:
+    """Why scores made as ``now`` describes (a :func:`scoring_record`) are not made as
+    ``mine`` (the record a fitted calibration or stack keeps), or None when they are: the
+    observation noise, ``math``, then each estimator's parameters per protocol. Messages
+    read ``"{subject} with observation noise X; {current} Y"`` and ``"estimator E, protocol
+    P: {subject} with other parameters (...)"``. ``missing_ok``: a parameter set missing on
+    either side is not a difference."""
+    now = json.loads(json.dumps(now))
+    for key, what in (("observation_noise", "observation noise"), ("math", "math")):
+        if mine.get(key) != now.get(key):
+            return f"{subject} with {what} {mine.get(key)!r}; {current} {now.get(key)!r}"
+    for est in estimators:
+        for proto in protocols:
+            a = (mine.get("params") or {}).get(est, {}).get(proto)
+            b = (now.get("params") or {}).get(est, {}).get(proto)
+            if a == b or (missing_ok and (a is None or b is None)):
+                continue
+            diff = [f"{k} {(a or {}).get(k)!r} there, {(b or {}).get(k)!r} here"
+                    for k in sorted(set(a or {}) | set(b or {}))
+                    if (a or {}).get(k) != (b or {}).get(k)]
+            return (f"estimator {est!r}, protocol {proto!r}: {subject} with other parameters "
+                    f"({'; '.join(diff)})")
+    return None
 
 # ------------------------------------------------------------------------------- the model
 
@@ -455,22 +481,11 @@ class Calibrator:
             raise ValueError("the calibration does not record the parameters its scores were "
                              "made with (fit it with scoring=scoring_record(...), as fastuq "
                              "calibrate does), so it cannot be checked against these scores")
-        now = json.loads(json.dumps(scoring))
-        mine = self.scoring
-        for key, what in (("observation_noise", "observation noise"), ("math", "math")):
-            if mine.get(key) != now.get(key):
-                raise ValueError(f"the calibration was made from scores with {what} "
-                                 f"{mine.get(key)!r}; these scores have {now.get(key)!r}")
-        for est in self.estimators:
-            for proto in self.protocols:
-                a = (mine.get("params") or {}).get(est, {}).get(proto)
-                b = (now.get("params") or {}).get(est, {}).get(proto)
-                if a is None or b is None or a == b:
-                    continue
-                diff = [f"{k} {a.get(k)!r} there, {b.get(k)!r} here"
-                        for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
-                raise ValueError(f"estimator {est!r}, protocol {proto!r}: the calibration was "
-                                 f"made from scores with other parameters ({'; '.join(diff)})")
+        problem = scoring_mismatch(self.scoring, scoring, self.estimators, self.protocols,
+                                   subject="the calibration was made from scores",
+                                   current="these scores have", missing_ok=True)
+        if problem:
+            raise ValueError(problem)
 
     # -- saving
 

@@ -57,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from fastuq.decisions.calibration import NO_PROTOCOL, major_version
+from fastuq.decisions.calibration import NO_PROTOCOL, major_version, scoring_mismatch
 from fastuq.metrics.folds import stratified_folds
 from fastuq.metrics.logistic import logistic_fit
 from fastuq.metrics.newton import PlattConvergenceWarning, stable_sigmoid
@@ -369,24 +369,11 @@ class Stack:
         if self.scoring is None:
             raise ValueError("the stack does not record the parameters its inputs were "
                              "scored with, so it cannot be checked against this run")
-        now = json.loads(json.dumps(scoring))
-        mine = self.scoring
-        for key, what in (("observation_noise", "observation noise"), ("math", "math")):
-            if mine.get(key) != now.get(key):
-                raise ValueError(f"the stack was fitted on scores made with {what} "
-                                 f"{mine.get(key)!r}; this run has {now.get(key)!r}")
-        for est in self.estimators:
-            for proto in self.protocols:
-                a = (mine.get("params") or {}).get(est, {}).get(proto)
-                b = (now.get("params") or {}).get(est, {}).get(proto)
-                if a == b:
-                    continue
-                diff = [f"{k} {(a or {}).get(k)!r} there, {(b or {}).get(k)!r} here"
-                        for k in sorted(set(a or {}) | set(b or {}))
-                        if (a or {}).get(k) != (b or {}).get(k)]
-                raise ValueError(f"estimator {est!r}, protocol {proto!r}: the stack was "
-                                 f"fitted on scores made with other parameters "
-                                 f"({'; '.join(diff)})")
+        problem = scoring_mismatch(self.scoring, scoring, self.estimators, self.protocols,
+                                   subject="the stack was fitted on scores made",
+                                   current="this run has", missing_ok=False)
+        if problem:
+            raise ValueError(problem)
 
     # -- reporting
 
