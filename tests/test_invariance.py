@@ -25,7 +25,23 @@ from fastuq.synth import corpus_with_beliefs as corpus
 #: Every estimator but those that read texts: the simulated corpora hold none (the text
 #: estimators' own invariance tests draw texts: tests/test_spectral.py).
 ESTIMATORS = tuple(n for n in fastuq.ESTIMATORS
-                   if "text_similarity" not in get_estimator(n).inputs)
+                   if "text_similarity" not in get_estimator(n).inputs
+                   and n not in ("cocoa", "cocoa_mean"))  # see the strict xfail below
+
+
+@pytest.mark.xfail(strict=True, reason="known defect: CoCoA's score changes in the last bit "
+                   "with the team width a chunk pads to (13 of 1,500 rows, 2.2e-16 in "
+                   "float64); not fixed yet")
+def test_cocoa_bit_identical_across_chunks():
+    parts = [corpus(700, protocol="debate", seed=1, n_agents=2, topk=2),
+             corpus(500, protocol="mixed", seed=2, topk=2),
+             corpus(300, protocol="debate", seed=3, n_agents=6, n_rounds=4, topk=2)]
+    table = pa.concat_tables(parts, promote_options="default")
+    ids = pa.array([f"t{i}" for i in range(table.num_rows)])
+    table = table.set_column(table.column_names.index("trajectory_id"), "trajectory_id", ids)
+    whole = fastuq.score(table, "cocoa", chunk_rows=1 << 18, dtype="float64")["cocoa"]
+    small = fastuq.score(table, "cocoa", chunk_rows=64, dtype="float64")["cocoa"]
+    assert np.array_equal(whole.to_numpy(), small.to_numpy(), equal_nan=True)
 
 
 def _mixed_team_corpus(path):
