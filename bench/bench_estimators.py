@@ -1,34 +1,53 @@
-"""Benchmark the black-box estimators (lexical similarity, the spectral family): trajectories
-per second of each kernel as fastuq runs it, against the memory-bandwidth floor and against
-a plain Python loop over samples in the style of the single-model libraries (lm-polygraph
-computes one sample set at a time: a similarity matrix, ``np.linalg.eig`` of its Laplacian).
+"""Benchmark the black-box estimators: trajectories per second of each kernel as fastuq runs
+it, against the memory-bandwidth floor and against a plain Python loop over samples in the
+style of the single-model libraries (lm-polygraph scores one sample set at a time).
+
+Two case sets, one results file and one bench/README.md section each:
+
+  spectral      ``eigval_laplacian``, ``degree_matrix``, ``eccentricity`` on answer-class
+                similarity -> results/estimators.json, section ESTIMATORS
+  answer_sets   ``answer_entropy``, ``num_answer_sets``, ``cocoa`` -> results/answer_sets.json,
+                section ANSWER_SETS
 
 Run from the repository root::
 
-    python bench/bench_estimators.py            # N = 1e6; T = 3, 10; A = 3, 5, 16
-    python bench/bench_estimators.py --quick    # N = 1e5; T = 3; A = 3, 16 (a minute)
-                                                # writes bench/results/estimators_quick.json.tmp
-    python bench/bench_estimators.py --only eigval_laplacian,degree_matrix
+    python bench/bench_estimators.py                    # both sets: N = 1e6; T = 3, 10;
+                                                        # A = 3, 5, 16
+    python bench/bench_estimators.py --quick            # N = 1e5; T = 3; A = 3, 16; writes
+                                                        # results/*_quick.json.tmp
+    python bench/bench_estimators.py --set answer_sets  # one set
+    python bench/bench_estimators.py --only cocoa,eigval_laplacian
+    python bench/bench_estimators.py --set spectral --lexical
+    python bench/bench_estimators.py --from-json bench/results/answer_sets.json
 
-Each estimator is one entry of :data:`CASES` (name -> how its packed inputs are drawn), so
-that more estimators join the same table. Per (estimator, T, A), timed after a warm-up call
-that compiles (its time is the "first call" column), median of repeats:
+Each estimator is one entry of its set's ``cases`` (name -> its per-trajectory Python loop),
+so that more estimators join the same tables (one table per estimator). Inputs, drawn once
+per (set, T, A), in the registry's input names: ragged trajectories (1..T rounds), answers
+from 3 classes with 10% of the nodes without a vote. The spectral set packs answer-class
+similarity (``similarity="answer"``: each node's lowest same-class slot, ``[T, N, A_pad]``
+float32); the answer-set kernels read ``answer_class`` int32 ``[T, N, A_pad]``,
+``n_agents [N]``, ``round_mask [T, N]``, and CoCoA also ``node_confidence`` (``-Exp(1)``)
+float32 and ``node_mask``. Per (estimator, T, A), after a warm-up call that compiles (its
+time is the "first call" column), median of repeats:
 
   JAX       ``fastuq.engine.runner.call_kernel`` on packed host arrays, float32, on 2 XLA CPU
             devices (``fastuq.use_cpu_devices``): padding to the bucket, the transfer, the
             kernel and the copy back, as ``fastuq score`` runs it.
-  floor     bytes read + written by the kernel / the two-thread ``np.copyto`` bandwidth
-            measured in the same run.
-  loop      the per-sample Python loop: per trajectory and round, the similarity matrix of
-            the agents and ``np.linalg.eig`` of its normalised Laplacian (lm-polygraph's
-            ``EigValLaplacian``), timed on ``loop_n`` trajectories and scaled to N ("x loop"
-            = loop time / JAX time, the speed-up).
+  floor     bytes of the kernel's inputs + its [N] float32 outputs / the two-thread
+            ``np.copyto`` bandwidth measured in the same run ("x floor" = JAX time / floor).
+  loop      per trajectory and round, the single-model libraries' computation on the
+            round's agents as samples, timed on ``loop_n`` trajectories and scaled to N
+            ("x loop" = loop time / JAX time: the speed-up): for the spectral set the
+            similarity matrix and ``np.linalg.eig`` of its normalised Laplacian
+            (lm-polygraph's ``EigValLaplacian``); for the answer sets
+            ``compute_semantic_entropy`` with frequencies, ``NumSemSets``' connected
+            components of the equality graph, ``SemanticEnrichedMaxprobAveDissimilarity``
+            per sample.
 
-The spectral family runs on answer-class similarity (``similarity="answer"``: the packed
-input is each node's lowest same-class slot, ``[T, N, A_pad]`` float32); drawn answers: 3
-classes, 10% of the nodes without a vote. ``lexical_similarity`` (texts) is timed apart
-(``--lexical``): the host packing of the texts (tokens + pairwise Jaccard) is its cost.
-Every timed kernel is checked against the float64 NumPy twin first (max |error|).
+Every timed kernel is checked against the float64 NumPy twin first (max |error| on 2,000
+trajectories). The ``_mean`` variants run the same scans (another output): the same cost.
+``lexical_similarity`` (texts) is timed apart (``--lexical``, with the spectral set): the
+host packing of the texts (tokens + pairwise Jaccard) is its cost.
 """
 
 from __future__ import annotations
@@ -37,99 +56,212 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as bc  # noqa: E402
 
-NAME = "ESTIMATORS"
-DEFAULT_OUT = bc.RESULTS_DIR / "estimators.json"
-QUICK_OUT = bc.RESULTS_DIR / "estimators_quick.json.tmp"
+# ------------------------------------------------------------------------------ inputs
 
 
-def answer_labels(rng: np.random.Generator, n: int, t_max: int, a: int):
-    """``(labels [T, N, A_pad] float32, round_mask [T, N])``: ragged trajectories (1..T
-    rounds), each node labelled with the lowest slot of its answer class (its own slot
-    without a vote), -1 past the team."""
+def _ragged(rng: np.random.Generator, n: int, t_max: int, a: int):
+    """``(round_mask [T, N], classes [T, N, A_pad] int32, A_pad)``: 1..T rounds per
+    trajectory, answers from 3 classes in the team's ``a`` slots with 10% of the nodes
+    without a vote (-1), -1 past the team and in rounds not executed."""
     a_pad = 1 << max(a - 1, 0).bit_length()
     mask = np.arange(t_max)[:, None] < rng.integers(1, t_max + 1, n)[None, :]
-    cls = rng.integers(0, 3, (t_max, n, a_pad)).astype(np.int8)
-    cls[rng.random(cls.shape) < 0.1] = -1
+    cls = np.full((t_max, n, a_pad), -1, np.int32)
+    cls[..., :a] = rng.integers(0, 3, (t_max, n, a), dtype=np.int32)
+    cls[..., :a][rng.random((t_max, n, a), dtype=np.float32) < 0.1] = -1
+    cls[~mask] = -1
+    return mask, cls, a_pad
+
+
+def draw_answer_sets(n: int, t_max: int, a: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """The answer-set kernels' packed inputs, as the engine packs them (slots padded to a
+    power of two)."""
+    rng = np.random.default_rng(seed)
+    mask, cls, a_pad = _ragged(rng, n, t_max, a)
+    node_mask = np.zeros((t_max, n, a_pad), bool)
+    node_mask[..., :a] = mask[:, :, None]
+    conf = np.zeros((t_max, n, a_pad), np.float32)
+    conf[..., :a] = -rng.exponential(1.0, (t_max, n, a)).astype(np.float32)
+    return {"answer_class": cls, "n_agents": np.full(n, float(a), np.float32),
+            "round_mask": mask, "node_confidence": conf, "node_mask": node_mask}
+
+
+def draw_spectral(n: int, t_max: int, a: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """The spectral kernels' packed inputs with answer-class similarity: each node labelled
+    with the lowest slot of its answer class (its own slot without a vote), -1 past the team
+    (``similarity [T, N, A_pad]`` float32, ``round_mask [T, N]``)."""
+    rng = np.random.default_rng(seed)
+    mask, cls, _ = _ragged(rng, n, t_max, a)
     labels = np.full(cls.shape, -1.0, np.float32)
     for i in range(a):
-        rep = np.full(cls.shape[:2], i, np.int8)
+        rep = np.full(cls.shape[:2], i, np.int32)
         for j in range(i - 1, -1, -1):
             rep = np.where((cls[..., j] >= 0) & (cls[..., j] == cls[..., i]), j, rep)
         labels[..., i] = np.where(cls[..., i] >= 0, rep, i)
-    return labels, mask
+    return {"similarity": labels, "round_mask": mask}
 
 
-#: estimator -> (packing parameters, input builder); inputs in the registry's order.
-CASES: dict[str, Any] = {
-    name: ({"similarity": "answer"}, answer_labels)
-    for name in ("eigval_laplacian", "degree_matrix", "eccentricity")
+# ------------------------------------------------------- per-trajectory Python loops
+
+
+def _groups(labels) -> list[list[int]]:
+    """The samples of each class (lm-polygraph's ``class_to_sample``)."""
+    out: dict[int, list[int]] = {}
+    for j, c in enumerate(labels):
+        out.setdefault(c, []).append(j)
+    return list(out.values())
+
+
+def _samples(cls_round, team: int) -> list[int]:
+    """The round's samples: each agent's class, an agent without an answer a class of its
+    own (negative ids), the team's silent members too."""
+    labels = [int(c) if c >= 0 else -1 - j for j, c in enumerate(cls_round)]
+    return labels[:team] + [-100 - j for j in range(team - len(labels))]
+
+
+def loop_entropy(x: dict[str, np.ndarray], a: int, k: int) -> float:
+    value = float("nan")
+    for t in range(x["round_mask"].shape[0]):
+        if not x["round_mask"][t, k]:
+            continue
+        labels = _samples(x["answer_class"][t, k, :a], a)
+        class_lp = np.log([len(g) / len(labels) for g in _groups(labels)])
+        sample_to_class = {j: i for i, g in enumerate(_groups(labels)) for j in g}
+        value = -np.mean([class_lp[sample_to_class[j]] for j in range(len(labels))])
+    return float(value)
+
+
+def loop_sets(x: dict[str, np.ndarray], a: int, k: int) -> float:
+    value = float("nan")
+    for t in range(x["round_mask"].shape[0]):
+        if not x["round_mask"][t, k]:
+            continue
+        labels = _samples(x["answer_class"][t, k, :a], a)
+        w = np.triu(np.array([[int(p == q) for q in labels] for p in labels]), k=1)
+        graph: list[list[int]] = [[] for _ in labels]
+        for i, row in enumerate(w):
+            for j in np.where(row != 0)[0]:
+                graph[i].append(int(j))
+                graph[int(j)].append(i)
+        seen = [False] * len(labels)
+        components = 0
+        for i in range(len(labels)):
+            if seen[i]:
+                continue
+            components += 1
+            stack = [i]
+            while stack:
+                u = stack.pop()
+                if not seen[u]:
+                    seen[u] = True
+                    stack.extend(graph[u])
+        value = float(components)
+    return value
+
+
+def loop_cocoa(x: dict[str, np.ndarray], a: int, k: int) -> float:
+    value = float("nan")
+    for t in range(x["round_mask"].shape[0]):
+        if not x["node_mask"][t, k].any():
+            continue
+        labels = _samples(x["answer_class"][t, k, :a], a)
+        sim = np.array([[1.0 if p == q else 0.0 for q in labels] for p in labels])
+        lp = x["node_confidence"][t, k, :a]
+        per_sample = [-float(lp[i]) * (np.sum(1 - sim[i]) - (1 - sim[i, i])) / (a - 1)
+                      if a > 1 else -float(lp[i]) for i in range(a)]
+        value = float(np.mean(per_sample))
+    return value
+
+
+def loop_eigval(x: dict[str, np.ndarray], a: int, k: int) -> float:
+    """The last executed round's similarity matrix of the agents and ``np.linalg.eig`` of its
+    normalised Laplacian: ``sum max(0, 1 - eigenvalue)``."""
+    value = 0.0
+    for t in range(x["round_mask"].shape[0]):
+        if not x["round_mask"][t, k]:
+            continue
+        lab = [v for v in x["similarity"][t, k] if v >= 0]
+        w = np.array([[1.0 if p == q else 0.0 for q in lab] for p in lab])
+        d_inv = np.linalg.inv(np.sqrt(np.diag(w.sum(axis=1))))
+        lap = np.eye(len(lab)) - d_inv @ w @ d_inv
+        value = sum(max(0.0, 1.0 - float(np.real(e))) for e in np.linalg.eig(lap)[0])
+    return value
+
+
+# ---------------------------------------------------------------------------- case sets
+
+
+class CaseSet(NamedTuple):
+    """One table set: its README section and results files, its inputs, each estimator's
+    Python loop, and ``(quick, full)`` repeats and loop sizes."""
+
+    section: str
+    results: str
+    draw: Callable[..., dict[str, np.ndarray]]
+    cases: dict[str, Callable[[dict[str, np.ndarray], int, int], float]]
+    repeats: tuple[int, int]
+    loop_n: tuple[int, int]
+
+
+CASE_SETS: dict[str, CaseSet] = {
+    # the spectral family's loop is EigValLaplacian's for all three (the per-sample cost)
+    "spectral": CaseSet("ESTIMATORS", "estimators", draw_spectral,
+                        dict.fromkeys(("eigval_laplacian", "degree_matrix", "eccentricity"),
+                                      loop_eigval), (3, 5), (2000, 5000)),
+    "answer_sets": CaseSet("ANSWER_SETS", "answer_sets", draw_answer_sets,
+                           {"answer_entropy": loop_entropy, "num_answer_sets": loop_sets,
+                            "cocoa": loop_cocoa}, (3, 3), (2000, 2000)),
 }
 
 
-def polygraph_loop(labels: np.ndarray, mask: np.ndarray) -> list[float]:
-    """The single-model libraries' way: one trajectory and one round at a time, the
-    similarity matrix of the agents and ``np.linalg.eig`` of its normalised Laplacian."""
-    out = []
-    for n in range(labels.shape[1]):
-        value = 0.0
-        for t in range(labels.shape[0]):
-            if not mask[t, n]:
-                continue
-            lab = [x for x in labels[t, n] if x >= 0]
-            w = np.array([[1.0 if x == y else 0.0 for y in lab] for x in lab])
-            d = np.diag(w.sum(axis=1))
-            d_inv = np.linalg.inv(np.sqrt(d))
-            lap = np.eye(len(lab)) - d_inv @ w @ d_inv
-            value = sum(max(0.0, 1.0 - float(np.real(x))) for x in np.linalg.eig(lap)[0])
-        out.append(value)
-    return out
-
-
-def bench_case(name: str, n: int, t_max: int, a: int, repeats: int, bandwidth: float,
-               loop_n: int) -> dict[str, Any]:
+def bench_case(name: str, x: dict[str, np.ndarray], loop, t_max: int, a: int, repeats: int,
+               bandwidth: float, loop_n: int) -> dict[str, Any]:
     import jax
 
     from fastuq.engine.registry import get_estimator
     from fastuq.engine.runner import call_kernel
 
     est = get_estimator(name)
-    _, build = CASES[name]
-    rng = np.random.default_rng(0)
-    inputs = build(rng, n, t_max, a)
-    check = [x[:, :2000] for x in inputs]
-    want = est.kernel_fn("numpy")(*(x.astype(np.float64) if x.dtype.kind == "f" else x
-                                    for x in check))[name]
+    n = x["round_mask"].shape[1]
+    inputs = [x[i] for i in est.inputs]
+
+    def cut(v, m):
+        return v[:m] if v.ndim == 1 else v[:, :m]
+
+    m = min(2000, n)
+    check = [cut(v, m) for v in inputs]
+    want = call_kernel(est, [v.astype(np.float64) if v.dtype.kind == "f" else v
+                             for v in check], {}, {}, n=m, dtype=np.dtype(np.float64),
+                       backend="numpy")[name]
     with jax.enable_x64(False):
-        got = call_kernel(est, list(check), {}, {}, n=2000, dtype=np.dtype(np.float32),
+        got = call_kernel(est, check, {}, {}, n=m, dtype=np.dtype(np.float32),
                           backend="jax")[name]
     err = float(np.nanmax(np.abs(got - want)))
 
     def run():
-        call_kernel(est, list(inputs), {}, {}, n=n, dtype=np.dtype(np.float32),
-                    backend="jax")
+        call_kernel(est, inputs, {}, {}, n=n, dtype=np.dtype(np.float32), backend="jax")
 
     start = time.perf_counter()
     run()
     first = time.perf_counter() - start
     times = bc.time_calls(run, repeats, warmup=0)
-    med = float(np.median(times))
-    nbytes = sum(x.nbytes for x in inputs) + 2 * 4 * n  # two [N] float32 outputs
-    floor = nbytes / bandwidth
-    sub = [x[:, :loop_n] for x in inputs]
+    med = bc.median(times)
+    floor = (sum(v.nbytes for v in inputs) + 4 * n * len(est.outputs)) / bandwidth
     start = time.perf_counter()
-    polygraph_loop(*sub)
-    loop = (time.perf_counter() - start) * n / loop_n
+    for k in range(loop_n):
+        loop(x, a, k)
+    loop_s = (time.perf_counter() - start) * n / loop_n
     return {"estimator": name, "t": t_max, "a": a, "n": n, "first_s": first,
-            "median_s": med, "traj_per_s": n / med, "floor_s": floor, "loop_s": loop,
-            "max_error_vs_twin_f64": err}
+            "times_s": times, "median_s": med, "traj_per_s": n / med, "floor_s": floor,
+            "loop_s": loop_s, "loop_n": loop_n, "max_error_vs_twin_f64": err}
 
 
 def lexical_case(n: int, t_max: int, a: int) -> dict[str, Any]:
@@ -160,60 +292,111 @@ def lexical_case(n: int, t_max: int, a: int) -> dict[str, Any]:
 
 
 def render(data: dict[str, Any]) -> str:
-    rows = [[r["estimator"], r["t"], r["a"], bc.fmt_si(r["traj_per_s"]) + "/s",
-             f"{r['first_s']:.2f} s", f"{1e3 * r['median_s']:.0f} ms",
-             f"{r['median_s'] / r['floor_s']:.1f}", f"{r['loop_s'] / r['median_s']:.0f}",
-             f"{r['max_error_vs_twin_f64']:.1e}"] for r in data["rows"]]
-    table = bc.markdown_table(["estimator", "T", "A", "JAX float32", "first call", "run",
-                               "x floor", "x loop", "max err"], rows)
-    lines = [f"N = {data['n']:,}, {data['machine'].get('cpu', 'CPU')}, load average "
-             f"{data['load']['before']:.1f} before / {data['load']['after']:.1f} after.", "",
-             table]
+    """A set's README section: the run's conditions, then one table per estimator (and the
+    end-to-end ``lexical_similarity`` line when it was timed)."""
+    m = data["machine"]
+    lines = [f"N = {data['n']:,} trajectories, median of {data['repeats']} repeats, "
+             f"{m.get('cpu_count')} cores ({m.get('cpu_model')}), JAX {m.get('jax')}, "
+             f"{m.get('date')}; load average (1 min) {data['load']['before']:.1f} before, "
+             f"{data['load']['after']:.1f} after; copy bandwidth "
+             f"{data['bandwidth']['bytes_per_s'] / 1e9:.1f} GB/s (2 threads)."]
+    for name in dict.fromkeys(r["estimator"] for r in data["rows"]):
+        rows = [[r["t"], r["a"], bc.fmt_si(r["traj_per_s"]), f"{r['first_s']:.2f}",
+                 f"{1e3 * r['median_s']:.0f}", f"{r['median_s'] / r['floor_s']:.0f}",
+                 bc.fmt_si(r["n"] / r["loop_s"]), f"{r['loop_s'] / r['median_s']:.0f}",
+                 f"{r['max_error_vs_twin_f64']:.1e}"]
+                for r in data["rows"] if r["estimator"] == name]
+        lines += ["", f"`{name}`:", "", bc.markdown_table(
+            ["T", "A", "JAX float32 traj/s", "first call (s)", "run (ms)", "x floor",
+             "Python loop traj/s", "x loop", "max err"], rows,
+            ["r", "r", "r", "r", "r", "r", "r", "r", "r"])]
     for r in data.get("lexical", []):
         lines += ["", f"lexical_similarity end to end (`fastuq.score`, host packing of "
                       f"{r['words_per_text']}-word texts included): N = {r['n']:,}, T = "
                       f"{r['t']}, A = {r['a']}: {bc.fmt_si(r['traj_per_s'])} trajectories/s"]
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n"
+
+
+def section_of(data: dict[str, Any]) -> str:
+    """The README section of a results file (its ``name``)."""
+    sections = {s.section for s in CASE_SETS.values()}
+    if data.get("name") not in sections:
+        raise ValueError(f"not a results file of this script: name {data.get('name')!r}, "
+                         f"expected one of {sorted(sections)}")
+    return data["name"]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--set", choices=[*CASE_SETS, "all"], default="all",
+                        help="the case set(s) to run (default: all)")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--n", type=int)
     parser.add_argument("--repeats", type=int)
-    parser.add_argument("--only", help="comma-separated estimators (default: all of CASES)")
+    parser.add_argument("--only", help="comma-separated estimators (default: all of the sets)")
     parser.add_argument("--lexical", action="store_true",
-                        help="also time lexical_similarity end to end on drawn texts")
+                        help="also time lexical_similarity end to end on drawn texts "
+                             "(with the spectral set)")
     parser.add_argument("--no-readme", action="store_true")
-    parser.add_argument("--out", type=Path)
+    parser.add_argument("--out", type=Path, help="results JSON (one set only)")
+    parser.add_argument("--from-json", type=Path,
+                        help="measure nothing: re-render a results file's README section")
     args = parser.parse_args()
+    if args.from_json:
+        import json
+
+        data = json.loads(args.from_json.read_text())
+        try:
+            name = section_of(data)
+        except ValueError as exc:
+            parser.error(f"{args.from_json}: {exc}")
+        bc.rerender(args.from_json, name, render, args.no_readme)
+        return
+    sets = list(CASE_SETS) if args.set == "all" else [args.set]
+    known = {name: s for s in sets for name in CASE_SETS[s].cases}
+    names = args.only.split(",") if args.only else list(known)
+    unknown = [x for x in names if x not in known]
+    if unknown:
+        parser.error(f"unknown estimators {unknown}; known: {', '.join(known)}")
+    sets = [s for s in sets if any(known[x] == s for x in names)]
+    if args.out and len(sets) > 1:
+        parser.error("--out names one results file: give --set or --only of one set")
+    if args.lexical and "spectral" not in sets:
+        parser.error("--lexical goes with the spectral set")
     n = args.n or (100_000 if args.quick else 1_000_000)
-    repeats = args.repeats or (3 if args.quick else 5)
     shapes = [(3, 3), (3, 16)] if args.quick else [(3, 3), (3, 5), (3, 16), (10, 3),
                                                    (10, 5), (10, 16)]
-    names = args.only.split(",") if args.only else list(CASES)
-    out = args.out or (QUICK_OUT if args.quick else DEFAULT_OUT)
+    full = 0 if args.quick else 1
 
     import fastuq
 
     fastuq.use_cpu_devices(min(2, os.cpu_count() or 1))
-    start = time.perf_counter()
-    machine = bc.machine_info()
-    load_before = os.getloadavg()[0]
-    bandwidth = bc.copy_bandwidth(256 * 2**20, repeats=5, threads=2)
-    rows = []
-    for t_max, a in shapes:
-        for name in names:
-            rows.append(bench_case(name, n, t_max, a, repeats, bandwidth["bytes_per_s"],
-                                   loop_n=2000 if args.quick else 5000))
-            print(f"{name} T = {t_max}, A = {a}: {rows[-1]['traj_per_s']:.3g}/s "
-                  f"({time.perf_counter() - start:.0f} s)", flush=True)
-    lexical = [lexical_case(2000 if args.quick else 20_000, 3, 4)] if args.lexical else []
-    data = {"name": NAME, "quick": args.quick, "n": n, "repeats": repeats,
-            "machine": machine, "bandwidth": bandwidth,
-            "load": {"before": load_before, "after": os.getloadavg()[0]}, "rows": rows,
-            "lexical": lexical, "wall_s": time.perf_counter() - start}
-    bc.publish(out, data, render, NAME, readme=not args.quick and not args.no_readme)
+    for set_name in sets:
+        case_set = CASE_SETS[set_name]
+        repeats = args.repeats or case_set.repeats[full]
+        start = time.perf_counter()
+        machine = bc.machine_info()
+        load_before = os.getloadavg()[0]
+        bandwidth = bc.copy_bandwidth(256 * 2**20, repeats=5, threads=2)
+        rows = []
+        for t_max, a in shapes:
+            x = case_set.draw(n, t_max, a)
+            for name in (x for x in names if known[x] == set_name):
+                rows.append(bench_case(name, x, case_set.cases[name], t_max, a, repeats,
+                                       bandwidth["bytes_per_s"], case_set.loop_n[full]))
+                print(f"{name} T = {t_max}, A = {a}: {rows[-1]['traj_per_s']:.3g}/s "
+                      f"({time.perf_counter() - start:.0f} s)", flush=True)
+            del x
+        lexical = ([lexical_case(2000 if args.quick else 20_000, 3, 4)]
+                   if args.lexical and set_name == "spectral" else [])
+        data = {"name": case_set.section, "quick": args.quick, "n": n, "repeats": repeats,
+                "machine": machine, "bandwidth": bandwidth,
+                "load": {"before": load_before, "after": os.getloadavg()[0]}, "rows": rows,
+                "lexical": lexical, "wall_s": time.perf_counter() - start}
+        out = args.out or bc.RESULTS_DIR / (f"{case_set.results}_quick.json.tmp" if args.quick
+                                            else f"{case_set.results}.json")
+        bc.publish(out, data, render, case_set.section,
+                   readme=not args.quick and not args.no_readme)
 
 
 if __name__ == "__main__":

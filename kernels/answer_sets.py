@@ -55,18 +55,29 @@ A trajectory without such a round gets NaN. All are uncertainties: higher, less 
 correct. SAUCE-style filtering of these per-round signals is not offered (``sauce_belief``
 shows how an observation other than agreement is filtered).
 
-Exactness: vote counts and ``S_m`` are integers; the entropy sums its terms indexed by
-``m = 1..A`` with :func:`~kernels.baselines.slot_sum`'s fixed halving tree (padding the slot
-axis adds +0.0 terms past the largest class, which change no bit), so it depends only on the
-multiset of class sizes and ``n``: a permutation of the agents, the slot padding, the batch
-size and the device split change no bit, and rounds with the same vote pattern give equal
-floats (ties stay ties). ``sets`` is an integer, exact in any float dtype. CoCoA sums its
-nodes with :func:`~kernels.baselines.slot_sum`'s fixed halving tree. Every entropy term is
+Exactness: vote counts and ``S_m`` are integers; the entropy sums its terms
+``S_m ln(n / m) / n``, indexed by ``m = 1..A``, with :func:`~kernels.baselines.tree_sum`'s
+fixed halving tree (padding the slot axis adds +-0.0 terms past the largest class, which
+change no bit), so it depends only on the multiset of class sizes and ``n``: a permutation
+of the agents, the slot padding, the batch size and the device split change no bit, and
+rounds with the same vote pattern give equal floats (ties stay ties). ``sets`` is an
+integer, exact in any float dtype. CoCoA sums its nodes' ``u_i / (1 / d_i)`` with
+:func:`~kernels.baselines.slot_sum`'s fixed halving tree. Every entropy term is
 non-negative (no cancellation): float32 stays within a few ulps per term of the exact value.
-One limit: teams padded to at most :data:`UNROLL_SLOTS` slots and teams padded past it run
-different code, which agree to an ulp, not bit for bit (measured: float32 1.2e-7 in the
-entropy, 3.6e-7 in CoCoA; float64 4e-16 to 7e-16), so a corpus whose chunks pad the same
-team on both sides of 8 slots can differ by an ulp between chunkings.
+
+The bits do not depend on the slot width A a chunk pads its teams to, on either side of
+:data:`UNROLL_SLOTS` (unrolled and array code build the same per-slot terms), because of
+two rules of how the sums are written (tests/test_kernels_answer_sets.py checks widths 4, 8
+and 16 and batches of 3 and 512; tests/test_invariance.py the chunkings of a corpus):
+
+* no sum adds a product: XLA on CPU fuses a multiplication and the addition it feeds into
+  one multiply-add (one rounding less) in some vector shapes and not in others, so a sum of
+  products moved by an ulp between widths (CoCoA's ``u_i d_i`` before: 13 of 1,500 rows of
+  the invariance corpus, 2.2e-16). Each term ends in a division, which cannot be fused;
+* nothing is divided by a broadcast array: XLA rewrites ``x / broadcast(y)`` as
+  ``x * broadcast(1 / y)`` (another rounding, and a product again), which the ``[N, A]``
+  array code met and the unrolled ``[N]`` code did not (the entropy moved by an ulp between
+  8 and 16 slots before). The entropy's terms are ``[N]`` columns in both.
 
 Three implementations of the same numbers: the jitted JAX kernels (a ``lax.scan`` over the
 rounds, vectorized over trajectories and slots), their NumPy twins (``*_numpy``, the plainest
@@ -132,6 +143,24 @@ def _size_histogram(votes, xp):
     return xp.sum(votes[:, :, None] == sizes[None, None, :], axis=1, dtype=xp.int32)
 
 
+def _entropy_sum(hist: list, n, silent, xp):
+    """``sum_m (S_m / n) ln(n / m)`` of one round, ``[N]``: ``hist`` the ``[N]`` columns
+    ``S_1 .. S_A`` (int), ``n`` the team and ``silent`` its members without an answer (each a
+    class of one, counted into ``S_1``), both ``[N]`` float.
+
+    Every term is ``S_m ln(n / m) / n`` on ``[N]`` vectors, summed by
+    :func:`~kernels.baselines.tree_sum`'s fixed tree (zero terms past the largest class add
+    +-0.0: the slot padding changes no bit). Both JAX paths (unrolled and array code) and
+    every slot width build these same terms, so XLA compiles the same arithmetic for them:
+    no sum adds a product (XLA on CPU may fuse a product into the addition it feeds, one
+    rounding less, depending on the vector shape) and nothing is divided by a broadcast
+    array (which XLA turns into a product with the reciprocal)."""
+    dtype = n.dtype
+    terms = [((h.astype(dtype) + silent) if m == 1 else h.astype(dtype))
+             * xp.log(n / dtype.type(m)) / n for m, h in enumerate(hist, 1)]
+    return tree_sum(terms)
+
+
 def _entropy_and_sets(hist, team, xp):
     """``(entropy, sets)`` of one round, each ``[N]`` in ``team``'s float dtype, from the
     class-size histogram ``hist [N, A]`` (:func:`_size_histogram`)."""
@@ -140,12 +169,7 @@ def _entropy_and_sets(hist, team, xp):
     voters = xp.sum(hist, axis=1, dtype=xp.int32).astype(dtype)  # integers: exact
     n = xp.maximum(team, voters)
     silent = n - voters  # team members without an answer, each a class of its own
-    groups = hist.astype(dtype)
-    groups = xp.concatenate([groups[:, :1] + silent[:, None], groups[:, 1:]], axis=1)
-    # (S_m / n) ln(n / m), summed by slot_sum's fixed tree over m = 1..A: zero terms past
-    # the largest class (slot padding) add +0.0, so the sum depends on the class sizes only
-    terms = (groups / n[:, None]) * xp.log(n[:, None] / sizes.astype(dtype)[None, :])
-    entropy = slot_sum(terms, xp.ones(terms.shape, bool), xp)
+    entropy = _entropy_sum([hist[:, m] for m in range(hist.shape[1])], n, silent, xp)
     sets = xp.sum(hist // sizes[None, :], axis=1, dtype=xp.int32)  # S_m is a multiple of m
     return entropy, sets.astype(dtype) + silent
 
@@ -158,8 +182,9 @@ def round_answer_sets(answer_class, n_agents, xp=jnp):
 
 
 #: Teams up to this many slots run the slot loops unrolled into ``[N]`` vector code (one
-#: fused pass per round), larger ones ``[N, A, A]`` array code; the same formulas and sum
-#: order. Measured (2 loaded CPU cores, 1e6 trajectories, float32, entropy + sets, T = 3):
+#: fused pass per round), larger ones ``[N, A, A]`` array code for the votes; the same
+#: formulas, terms and sum order, so the same bits (module docstring). Measured (2 loaded
+#: CPU cores, 1e6 trajectories, float32, entropy + sets, T = 3):
 #: A = 4 slots 77 ms unrolled against 656 ms array code, A = 8 211 ms against 1.19 s; at
 #: A = 16 unrolled code compiled in 19 s against 5 s for array code and ran no faster
 #: (1.7 s against 1.9 s), as for BCCS (``kernels.bccs.UNROLL_SLOTS``).
@@ -193,10 +218,8 @@ def _round_sets_jax(cls, team):
     voters = sum(hist).astype(dtype)
     n = jnp.maximum(team, voters)
     silent = n - voters
-    terms = [((hist[m - 1].astype(dtype) + silent) if m == 1 else hist[m - 1].astype(dtype))
-             / n * jnp.log(n / dtype.type(m)) for m in range(1, a_max + 1)]
     sets = sum(hist[m - 1] // m for m in range(1, a_max + 1))
-    return tree_sum(terms), sets.astype(dtype) + silent
+    return _entropy_sum(hist, n, silent, jnp), sets.astype(dtype) + silent
 
 
 def _round_cocoa_jax(cls, conf, valid, team):
@@ -212,9 +235,12 @@ def _round_cocoa_jax(cls, conf, valid, team):
     alone = others <= 0
     safe = jnp.where(alone, jnp.ones_like(others), others)
     agree = jnp.maximum(votes - 1, 0).astype(dtype)
-    d = jnp.where(alone[:, None], dtype.type(1), (others[:, None] - agree) / safe[:, None])
+    # u_i d_i as u_i / (1 / d_i): a quotient, which XLA cannot fuse into the sum's additions
+    # (a product it may, depending on the slot width and batch shape: module docstring);
+    # 1 / d_i = others / (others - agree) is inf where every other member agrees (d_i = 0)
+    ratio = jnp.where(alone[:, None], dtype.type(1), safe[:, None] / (others[:, None] - agree))
     n_valid = jnp.sum(valid, axis=1, dtype=jnp.int32).astype(dtype)
-    total = slot_sum(-conf * d, valid)
+    total = slot_sum(-conf / ratio, valid)
     return total / jnp.where(n_valid > 0, n_valid, 1), n_valid
 
 
@@ -439,9 +465,9 @@ def cocoa_scan_numpy(
             team_t = np.maximum(team, voters)
             others = team_t - 1
             agree = np.maximum(votes - 1, 0).astype(dtype)
-            d = np.where(others[:, None] > 0, (others[:, None] - agree)
-                         / np.where(others > 0, others, 1)[:, None], 1).astype(dtype)
-            terms = (-conf[t] * d).astype(dtype)
+            ratio = np.where(others[:, None] > 0, np.where(others > 0, others, 1)[:, None]
+                             / (others[:, None] - agree), 1).astype(dtype)  # 1 / d
+            terms = (-conf[t] / ratio).astype(dtype)
             n_valid = mask[t].sum(axis=1).astype(dtype)
             has = n_valid > 0
             value = (slot_sum(terms, mask[t], np) / np.where(has, n_valid, 1)).astype(dtype)

@@ -270,6 +270,85 @@ def test_the_bench_scripts_time_with_the_package_harness():
     assert len(times) == 3 and len(calls) == 5
 
 
+def _bench_script(name: str):
+    """bench/NAME.py imported as a module (its folder is on sys.path while it imports its
+    _common helpers, then taken off again)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "bench"
+    sys.path.insert(0, str(folder))
+    try:
+        spec = importlib.util.spec_from_file_location(f"_bench_{name}", folder / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        while str(folder) in sys.path:
+            sys.path.remove(str(folder))
+        sys.modules.pop("_common", None)
+    return module
+
+
+BLACK_BOX = {"spectral": ("ESTIMATORS", "estimators",
+                          {"eigval_laplacian", "degree_matrix", "eccentricity"}),
+             "answer_sets": ("ANSWER_SETS", "answer_sets",
+                             {"answer_entropy", "num_answer_sets", "cocoa"})}
+
+
+def test_black_box_bench_is_one_script_whose_sections_are_its_results():
+    """bench_estimators.py runs both black-box case sets with one runner (the answer-set
+    script it replaced is gone, and nothing names it); each set's README section is what
+    the script renders from that set's committed results file."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    gone = "bench_" + "answer_sets.py"
+    assert not (root / "bench" / gone).exists()
+    for path in [root / "README.md", root / "bench" / "README.md",
+                 *sorted((root / "bench").glob("*.py"))]:
+        assert gone not in path.read_text(encoding="utf-8"), path
+    script = _bench_script("bench_estimators")
+    assert set(script.CASE_SETS) == set(BLACK_BOX)
+    readme = (root / "bench" / "README.md").read_text(encoding="utf-8")
+    for set_name, (section, results, names) in BLACK_BOX.items():
+        case_set = script.CASE_SETS[set_name]
+        assert (case_set.section, case_set.results, set(case_set.cases)) == (section, results,
+                                                                             names)
+        assert names <= set(ESTIMATORS)
+        data = json.loads((root / "bench" / "results" / f"{results}.json").read_text())
+        assert data["name"] == section == script.section_of(data)
+        assert {r["estimator"] for r in data["rows"]} == names
+        begin, end = f"<!-- BEGIN GENERATED: {section} -->", f"<!-- END GENERATED: {section} -->"
+        shown = readme[readme.index(begin) + len(begin):readme.index(end)]
+        assert shown.strip() == script.render(data).strip(), section
+
+
+@pytest.mark.parametrize("a", [3, 5])
+def test_black_box_bench_loops_agree_with_the_numpy_twins(a):
+    """The per-trajectory Python loops the script times (written apart, in the
+    single-model libraries' style) give the estimators' values on its drawn inputs: the
+    answer sets' three and the spectral family's eigval_laplacian (whose loop stands in for
+    all three spectral estimators' per-sample cost)."""
+    from fastuq.engine.registry import get_estimator
+    from fastuq.engine.runner import call_kernel
+
+    script = _bench_script("bench_estimators")
+    n, t = 60, 3
+    for set_name, name in (("answer_sets", "answer_entropy"),
+                           ("answer_sets", "num_answer_sets"), ("answer_sets", "cocoa"),
+                           ("spectral", "eigval_laplacian")):
+        case_set = script.CASE_SETS[set_name]
+        x = case_set.draw(n, t, a, seed=a)
+        est = get_estimator(name)
+        inputs = [x[i].astype(np.float64) if x[i].dtype.kind == "f" else x[i]
+                  for i in est.inputs]
+        twin = call_kernel(est, inputs, {}, {}, n=n, dtype=np.dtype(np.float64),
+                           backend="numpy")[name]
+        loop = np.array([case_set.cases[name](x, a, k) for k in range(n)])
+        np.testing.assert_allclose(loop, twin, rtol=1e-9, atol=1e-12, err_msg=name)
+
+
 # ------------------------------------------------------------------- --corpus: the stages
 
 

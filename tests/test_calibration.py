@@ -288,6 +288,42 @@ def test_load_refuses_other_versions_and_formats(tmp_path):
         Calibrator.load(bad)
 
 
+def test_file_header_check_serves_calibration_and_stack_files(tmp_path):
+    """One header check (fastuq.decisions.fileheader) for both model files: each refusal
+    names the file, the kind, and the command that writes one (messages written out here)."""
+    from fastuq import __version__
+    from fastuq.decisions.fileheader import check_file_header
+    from fastuq.evaluation.stack import Stack, fit_stack
+
+    x, y = _data(200, seed=5)
+    files = {
+        "calibration": (Calibrator().fit({"sauce": x}, y).save(tmp_path / "c.json"),
+                        Calibrator.load, "fastuq-calibration", "fastuq calibrate"),
+        "stack": (fit_stack({"a": x, "b": -x}, y, bootstrap=0).save(tmp_path / "s.json"),
+                  Stack.load, "fastuq-stack", "fastuq fit --stack"),
+    }
+    for kind, (path, load, fmt, command) in files.items():
+        doc = json.loads(path.read_text())
+        bad = tmp_path / f"bad-{kind}.json"
+        cases = [
+            ({"format": "other"}, f'{bad}: not a fastuq {kind} file (no "format": "{fmt}"); '
+                                  f"write one with {command}"),
+            ({"format_version": 9}, f"{bad}: {kind} file layout 9; this fastuq reads layout "
+                                    f"1; run {command} again"),
+            ({"fastuq_version": "7.0.0"}, f"{bad}: made by fastuq 7.0.0, another major "
+                                          f"version than this fastuq {__version__} (scores "
+                                          f"may differ); run {command} again"),
+        ]
+        for change, message in cases:
+            bad.write_text(json.dumps({**doc, **change}))
+            with pytest.raises(ValueError) as info:
+                load(bad)
+            assert str(info.value) == message
+        assert check_file_header(doc, "x", kind, fmt, 1, command) == doc["fastuq_version"]
+        with pytest.raises(ValueError, match="^x: not a fastuq"):
+            check_file_header([doc], "x", kind, fmt, 1, command)
+
+
 # ------------------------------------------------------------------------------- commands
 
 

@@ -319,6 +319,8 @@ PUBLIC = {
         "write_plots",
         # the cross-fitted estimator stack (fastuq fit --stack)
         "Stack", "fit_stack"},
+    # the header check of the calibration and stack files
+    "fastuq.decisions.fileheader": {"check_file_header", "major_version"},
     "fastuq.evaluation.stack": {"STACK_COLUMN", "STACK_METRICS", "Stack", "fit_stack",
                                 "is_stack_file"},
     "fastuq.metrics.logistic": {"LogisticModel", "logistic_fit", "standardise"},

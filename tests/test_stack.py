@@ -233,6 +233,38 @@ def test_fit_stack_then_score_applies_it(corpus, tmp_path, capsys):
         np.testing.assert_allclose(stack[rows], p, atol=1e-6)
 
 
+def test_fit_stack_and_calibrate_name_the_missing_and_null_labels(corpus, tmp_path, capsys):
+    """The label reader both commands share (fastuq.cli.options.corpus_labels): a corpus
+    without the correct field, and the first null label by trajectory id (messages written
+    out here); exit status 2, nothing written."""
+    import pyarrow as pa
+
+    table = pq.read_table(corpus)
+    unlabelled = tmp_path / "unlabelled.parquet"
+    pq.write_table(table.drop_columns(["correct"]), unlabelled)
+    labels = table.column("correct").to_pylist()
+    for k in (17, 40, 41):
+        labels[k] = None
+    holes = tmp_path / "holes.parquet"
+    pq.write_table(table.set_column(table.column_names.index("correct"), "correct",
+                                    pa.array(labels, pa.bool_())), holes)
+    first = table.column("trajectory_id")[17].as_py()
+    out = tmp_path / "out.json"
+    commands = {"fastuq fit": (["fit", "--stack"], "the stack is fitted to them"),
+                "fastuq calibrate": (["calibrate"], "calibration needs them")}
+    for prog, (words, purpose) in commands.items():
+        args = [*words, "--method", "last_agreement", "-o", str(out)]
+        assert main([*args[:len(words)], str(unlabelled), *args[len(words):]]) == 2
+        assert capsys.readouterr().err.strip().endswith(
+            f"{prog}: error: {unlabelled}: no labels: the corpus has no 'correct' field "
+            f"(bool, True = correct); {purpose}")
+        assert main([*args[:len(words)], str(holes), *args[len(words):]]) == 2
+        assert capsys.readouterr().err.strip().endswith(
+            f"{prog}: error: {holes}: trajectory {first!r} has no label (field correct is "
+            "null; 3 unlabelled)")
+        assert not out.exists()
+
+
 def test_score_refuses_a_stack_of_other_parameters(corpus, tmp_path, capsys):
     out = tmp_path / "stack.json"
     assert main(["fit", "--stack", str(corpus), "--method", METHODS, "--bootstrap", "0",

@@ -59,22 +59,6 @@ def add_parser(sub) -> None:
     cs.add_options(p, params=True)
 
 
-def _labels(table, source: Path):
-    """The ``correct`` column as bool NumPy; ValueError naming the first unlabelled
-    trajectory."""
-    import numpy as np
-
-    if "correct" not in table.column_names:
-        raise ValueError(f"{source}: no labels: the corpus has no 'correct' field (bool, True "
-                         "= correct); calibration needs them")
-    col = table.column("correct")
-    if col.null_count:
-        k = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
-        raise ValueError(f"trajectory {table.column('trajectory_id')[k].as_py()!r} has no "
-                         f"label (field correct is null; {col.null_count} unlabelled)")
-    return col.to_numpy(zero_copy_only=False).astype(bool)
-
-
 def _print_table(cal, out) -> None:
     """One line per estimator and protocol (and the pooled ``all``): n, accuracy and the
     held-out metrics."""
@@ -126,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
                 keep=("trajectory_id", "protocol", "correct"))
         listing = cs.save_skipped(args, skipped, source, args.output)
         cs.report_skipped(prog, skipped, listing)
-        labels = _labels(table, source)
+        labels = cs.corpus_labels(table, source, "calibration needs them")
         estimators = [c for c in table.column_names if c in fastuq.ESTIMATORS]
         if args.protocol is not None:
             protocols = args.protocol

@@ -141,22 +141,6 @@ def _stack_only(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _labels(table, source):
-    """The ``correct`` column as bool NumPy; ValueError naming the first unlabelled
-    trajectory (field correct)."""
-    import numpy as np
-
-    if "correct" not in table.column_names:
-        raise ValueError(f"{source}: no labels: the corpus has no 'correct' field (bool, True "
-                         "= correct); the stack is fitted to them")
-    col = table.column("correct")
-    if col.null_count:
-        k = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
-        raise ValueError(f"trajectory {table.column('trajectory_id')[k].as_py()!r} has no "
-                         f"label (field correct is null; {col.null_count} unlabelled)")
-    return col.to_numpy(zero_copy_only=False).astype(bool)
-
-
 def _plain_params(params):
     """The estimator parameters given, as JSON keeps them (a number or a string, or
     ``{protocol: number}``), for the stack file."""
@@ -171,7 +155,6 @@ def _plain_params(params):
 
 def _run_stack(prog: str, args: argparse.Namespace, source) -> int:
     """``fastuq fit --stack CORPUS -o stack.json``: score, fit, report, write."""
-    from pathlib import Path
 
     from fastuq.io.writers import cli_check_outputs
 
@@ -211,7 +194,7 @@ def _run_stack(prog: str, args: argparse.Namespace, source) -> int:
                 progress=bar, check=args.check, keep=("trajectory_id", "protocol", "correct"))
         listing = cs.save_skipped(args, skipped, source, args.output)
         cs.report_skipped(prog, skipped, listing)
-        labels = _labels(table, Path(source))
+        labels = cs.corpus_labels(table, source, "the stack is fitted to them")
         estimators = [c for c in table.column_names if c in fastuq.ESTIMATORS]
         if not estimators:
             raise ValueError(f"{source}: no estimator column to stack")

@@ -9,8 +9,9 @@ options several subcommands take (``--protocol``, the SAUCE parameters, ``--dtyp
 ``--params`` (per-protocol SAUCE parameters from ``fastuq fit -o``) and a progress bar.
 
 Run side: :func:`fail` (``PROG: error: ...`` and the exit status), :func:`corpus_source`,
-:func:`sauce_overrides`, :class:`Progress`, the skipped-list helpers and the loaders
-(:func:`score_from_args`, :func:`load_data`).
+:func:`sauce_overrides`, :class:`Progress`, the skipped-list helpers, the loaders
+(:func:`score_from_args`, :func:`load_data`, :func:`score_corpus`) and the label reader of
+the commands that fit to labels (:func:`corpus_labels`).
 
 Importing this module does not import JAX (``fastuq --help`` imports it)."""
 
@@ -390,6 +391,29 @@ def report_params(prog: str, per_protocol: Mapping[str, Mapping[str, float]] | N
             for p in used))
     for p in fallback:
         print(f"{prog}: protocol {p!r} is not in {source}: its preset is used")
+
+
+def corpus_labels(table: pa.Table, source: str | os.PathLike, purpose: str) -> Any:
+    """The ``correct`` column of a scored corpus ``table`` (:func:`score_corpus`, with
+    ``trajectory_id`` kept) as bool NumPy ``[N]``, for the commands that fit to labels
+    (``fastuq calibrate``, ``fastuq fit --stack``).
+
+    Raises:
+      ValueError: no ``correct`` column ("{source}: no labels: ...; {purpose}", ``purpose``
+        saying what needs them), or a null label: the message names the first unlabelled
+        trajectory by id, the field and how many are unlabelled.
+    """
+    import numpy as np
+
+    if "correct" not in table.column_names:
+        raise ValueError(f"{source}: no labels: the corpus has no 'correct' field (bool, True "
+                         f"= correct); {purpose}")
+    col = table.column("correct")
+    if col.null_count:
+        k = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+        raise ValueError(f"{source}: trajectory {table.column('trajectory_id')[k].as_py()!r} "
+                         f"has no label (field correct is null; {col.null_count} unlabelled)")
+    return col.to_numpy(zero_copy_only=False).astype(bool)
 
 
 #: Schema metadata key of :func:`score_corpus`'s table: the id of the first trajectory

@@ -5,6 +5,8 @@
 * :mod:`fastuq.decisions.calibration` -- probabilities of being correct: Platt and isotonic
   maps per estimator and protocol (:class:`Calibrator`; the isotonic fit is
   :mod:`fastuq.decisions.isotonic`'s);
+* :mod:`fastuq.decisions.fileheader` -- the header check of the calibration and stack files
+  (:func:`~fastuq.decisions.fileheader.check_file_header`);
 * :mod:`fastuq.decisions.gatefile` -- a calibrated gate as one object and one file
   (:class:`Gate`: ``calibrate`` then ``apply``, per protocol if asked; ``save``/``load``);
 * :mod:`fastuq.decisions.consistency` -- the consistency gate's own score

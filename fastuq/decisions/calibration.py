@@ -55,6 +55,7 @@ from typing import Any
 
 import numpy as np
 
+from fastuq.decisions.fileheader import check_file_header, major_version
 from fastuq.decisions.isotonic import isotonic_fit, isotonic_predict
 from fastuq.metrics.ece import ece_matrix
 from fastuq.metrics.folds import stratified_folds
@@ -84,14 +85,6 @@ INTERPOLATION = ("linear between consecutive thresholds (numpy.interp); a score 
 def probability_column(estimator: str) -> str:
     """The column of ``estimator``'s calibrated probability: ``p_correct_<estimator>``."""
     return f"p_correct_{estimator}"
-
-
-def major_version(version: str) -> str:
-    """The part of a fastuq version that must match for a calibration file to be used: the
-    first number (``"1"`` of ``"1.4.2"``), or the first two for 0.x versions (``"0.1"`` of
-    ``"0.1.0"``), whose minor releases may change scores."""
-    parts = str(version).split(".")
-    return ".".join(parts[:2]) if parts[0] == "0" and len(parts) > 1 else parts[0]
 
 
 def _platt_predict(x: np.ndarray, alpha: float, beta: float) -> np.ndarray:
@@ -531,18 +524,8 @@ class Calibrator:
         """The :class:`Calibrator` of :meth:`to_dict`'s document (``source`` names it in
         errors). ValueError for another format, another fastuq major version or a map that
         is not plain numbers."""
-        from fastuq import __version__
-
-        if not isinstance(doc, Mapping) or doc.get("format") != FILE_FORMAT:
-            raise ValueError(f"{source}: not a fastuq calibration file (no \"format\": "
-                             f"\"{FILE_FORMAT}\"); write one with fastuq calibrate")
-        if doc.get("format_version") != FILE_FORMAT_VERSION:
-            raise ValueError(f"{source}: calibration file layout {doc.get('format_version')!r}"
-                             f"; this fastuq reads layout {FILE_FORMAT_VERSION}")
-        made = str(doc.get("fastuq_version"))
-        if major_version(made) != major_version(__version__):
-            raise ValueError(f"{source}: made by fastuq {made}, another major version than "
-                             f"this fastuq {__version__} (scores may differ); calibrate again")
+        made = check_file_header(doc, source, "calibration", FILE_FORMAT, FILE_FORMAT_VERSION,
+                                 "fastuq calibrate")
         try:
             cal = cls(doc["method"], n_folds=doc["n_folds"], seed=doc["seed"],
                       C=doc.get("C") if doc["method"] == "platt" else 1.0,

@@ -57,7 +57,8 @@ from typing import Any
 
 import numpy as np
 
-from fastuq.decisions.calibration import NO_PROTOCOL, major_version, scoring_mismatch
+from fastuq.decisions.calibration import NO_PROTOCOL, scoring_mismatch
+from fastuq.decisions.fileheader import check_file_header
 from fastuq.metrics.folds import stratified_folds
 from fastuq.metrics.logistic import logistic_fit
 from fastuq.metrics.newton import PlattConvergenceWarning, stable_sigmoid
@@ -434,18 +435,8 @@ class Stack:
         """The :class:`Stack` of :meth:`to_dict`'s document (``source`` names it in errors).
         ValueError for another format or layout, another fastuq major version, or a model
         that is not plain finite numbers of matching lengths."""
-        from fastuq import __version__
-
-        if not isinstance(doc, Mapping) or doc.get("format") != FILE_FORMAT:
-            raise ValueError(f"{source}: not a fastuq stack file (no \"format\": "
-                             f"\"{FILE_FORMAT}\"); write one with fastuq fit --stack")
-        if doc.get("format_version") != FILE_FORMAT_VERSION:
-            raise ValueError(f"{source}: stack file layout {doc.get('format_version')!r}; this "
-                             f"fastuq reads layout {FILE_FORMAT_VERSION}")
-        made = str(doc.get("fastuq_version"))
-        if major_version(made) != major_version(__version__):
-            raise ValueError(f"{source}: made by fastuq {made}, another major version than "
-                             f"this fastuq {__version__} (scores may differ); fit it again")
+        made = check_file_header(doc, source, "stack", FILE_FORMAT, FILE_FORMAT_VERSION,
+                                 "fastuq fit --stack")
         try:
             st = cls(folds=doc["folds"], seed=doc["seed"], C=doc["C"],
                      bootstrap=doc["bootstrap"], level=doc["level"])
