@@ -26,8 +26,7 @@ import pyarrow.compute as pc
 
 from fastuq.errors import RecordError
 from fastuq.io.arrow_lists import combined, list_lengths, parents, ramp
-from fastuq.signals.tokens import fmix64
-from fastuq.signals.tokens import text_token_ids
+from fastuq.signals.tokens import fmix64, text_token_ids
 
 __all__ = ["BLOCK_TOKENS", "MASK_SLOTS", "MIN_HASH_BITS", "pair_counts", "pair_jaccard",
            "round_similarity"]
@@ -85,7 +84,7 @@ def pair_counts(ids: np.ndarray, first: np.ndarray, group: np.ndarray, slot: np.
     tok_group = np.repeat(group, counts)
     tok_slot = np.repeat(np.asarray(slot, np.uint64), counts)
     table = _mask_pairs(a) if a <= MASK_SLOTS else None
-    for g0, g1 in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+    for g0, g1 in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
         lo, hi = int(g_tok[g0]), int(g_tok[g1])
         if lo < hi:
             _block_counts(ids[lo:hi], tok_group[lo:hi] - g0, tok_slot[lo:hi], g1 - g0, a, sb,
@@ -113,14 +112,16 @@ def _block_counts(x: np.ndarray, grp: np.ndarray, slot: np.ndarray, ng: int, a: 
     key.sort()
     key = key[_run_starts(key)]  # sets, not bags
     rk = key >> np.uint64(sb)  # (group, token): equal within a run
-    s = (key & np.uint64((1 << sb) - 1)).astype(np.int64)
     starts = np.flatnonzero(_run_starts(rk))
-    gl = (rk >> np.uint64(tb)).astype(np.int64)
-    if table is not None:
-        mask = np.add.reduceat(np.left_shift(1, s), starts) if starts.size else s[:0]
-        hist = np.bincount(gl[starts] << a | mask, minlength=ng << a).reshape(ng, 1 << a)
+    if table is not None:  # each run's slot mask, counted per (group, mask)
+        bit = np.left_shift(np.int32(1), (key & np.uint64((1 << sb) - 1)).astype(np.int32))
+        mask = np.add.reduceat(bit, starts)
+        gl = (rk[starts] >> np.uint64(tb)).astype(np.int64)
+        hist = np.bincount(gl << a | mask, minlength=ng << a).reshape(ng, 1 << a)
         out[:] = (hist.astype(np.float64) @ table).reshape(ng, a, a)
         return
+    s = (key & np.uint64((1 << sb) - 1)).astype(np.int64)
+    gl = (rk >> np.uint64(tb)).astype(np.int64)
     size = np.bincount(gl * a + s, minlength=ng * a).reshape(ng, a)
     run_end = np.r_[starts[1:], rk.size]
     run = np.repeat(np.arange(starts.size), np.diff(np.r_[starts, rk.size]))

@@ -45,7 +45,7 @@ def word_token_ids(data: np.ndarray, off: np.ndarray,
     if data.size and data.max() >= 0x80:
         data, off = _words_of_non_ascii(data, off)
     nb = data.size
-    low = np.zeros((nb + 24) // 8 * 8, np.uint8)  # token bytes lowercased, others 0
+    low = np.zeros(nb + 16, np.uint8)  # token bytes lowercased, every other byte 0
     lv = low[:nb]
     np.less(data - 0x41, 26, out=lv.view(bool))  # upper-case ASCII: 1, else 0
     lv <<= 5
@@ -119,23 +119,14 @@ def word_token_ids(data: np.ndarray, off: np.ndarray,
 
 class _Words:
     """The 8 bytes from each asked-for position of a byte buffer as one little-endian uint64
-    (``words[pos]``), from two reads of the buffer's aligned 8-byte words: the buffer's size
-    is a multiple of 8 with at least 16 bytes after the last position read."""
+    (``words[pos]``): a gather of 8-byte items from a view of the buffer that starts one
+    at every byte (no 8-byte word is made for every byte, only for the positions asked)."""
 
     def __init__(self, buf: np.ndarray) -> None:
-        self.w = buf.view(_U64)
+        self.v = np.ndarray((buf.size - 7,), np.dtype("V8"), buf, 0, (1,))
 
     def __getitem__(self, pos: np.ndarray) -> np.ndarray:
-        pos = np.asarray(pos, np.int64)
-        q = pos >> 3
-        shift = ((pos & 7) << 3).astype(np.uint64)
-        lo = self.w[q]
-        lo >>= shift
-        hi = self.w[q + 1]
-        hi <<= np.uint64(1)  # two steps, as a shift by 64 is undefined: 0 when shift is 0
-        hi <<= np.uint64(63) - shift
-        lo |= hi
-        return lo
+        return self.v[pos].view(_U64)
 
 
 def _long_lengths(words: np.ndarray, start: np.ndarray, lv: np.ndarray) -> np.ndarray:
