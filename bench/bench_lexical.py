@@ -55,14 +55,15 @@ def make_table(n: int, t_max: int, a: int, seed: int = 0):
     weights = 1.0 / (np.arange(vocab_size) + 10.0)
     n_texts = n * t_max * a
     idx = rng.choice(vocab_size, size=n_texts * WORDS_PER_TEXT, p=weights / weights.sum())
-    words = pa.array(vocab).take(pa.array(idx))
+    words = pa.array(vocab, pa.large_string()).take(pa.array(idx))  # over 2 GiB at 1e5 x 5
     cap = rng.random(idx.size) < 1 / 3
     words = pc.if_else(pa.array(cap), pc.utf8_capitalize(words), words)
-    punct = rng.choice(np.array(["", "", "", "", ",", "."]), idx.size)
-    words = pc.binary_join_element_wise(words, pa.array(punct), "")
+    big = pa.large_string()
+    punct = pa.array(rng.choice(np.array(["", "", "", "", ",", "."]), idx.size), big)
+    words = pc.binary_join_element_wise(words, punct, pa.scalar("", big))
     step = WORDS_PER_TEXT
     texts = pc.binary_join(pa.ListArray.from_arrays(
-        pa.array(np.arange(0, idx.size + 1, step, dtype=np.int32)), words), " ")
+        pa.array(np.arange(0, idx.size + 1, step, dtype=np.int32)), words), pa.scalar(" ", big))
     per_round = pa.ListArray.from_arrays(pa.array(np.arange(0, n_texts + 1, a, dtype=np.int32)),
                                          texts)
     traj = pa.array(np.arange(0, n * t_max + 1, t_max, dtype=np.int32))

@@ -1,4 +1,5 @@
-"""The host side of ``lexical_similarity`` (fastuq/signals/tokens.py, fastuq/signals/lexical.py):
+"""The host side of ``lexical_similarity`` (fastuq/signals/tokens.py, fastuq/signals/lexical.py,
+fastuq/signals/rouge.py for ``similarity="rouge_l"``):
 the vectorized word tokens and the blocked pair counts of every round, against the plain
 per-pair reference of tests/_references.py (``jaccard_matrix``: ``re``'s ``\\w+`` word sets
 of the lowercased texts, one pair at a time), on drawn Unicode texts. Bit identity is the
@@ -11,10 +12,11 @@ import re
 import numpy as np
 import pyarrow as pa
 import pytest
-from _references import jaccard_matrix
+from _references import jaccard_matrix, rouge_l_matrix
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import fastuq
 import fastuq.signals.lexical as lexical
 from fastuq.signals.lexical import pair_counts, round_similarity
 from fastuq.signals.tokens import text_token_ids
@@ -112,3 +114,63 @@ def test_token_ids_follow_the_word_sets(texts):
         assert len(sets[k]) == len(w)
         for j in range(k):
             assert len(sets[k] & sets[j]) == len(w & words[j])
+
+
+# ---------------------------------------------------------------- ROUGE-L (similarity=rouge_l)
+
+#: Long texts too: more than 64 tokens make the LCS bit vectors several words long.
+_LONG = st.lists(st.sampled_from(("a", "b", "c", "The", "ΟΔΟΣ", "x_1", "42")), min_size=60,
+                 max_size=150).map(" ".join)
+
+
+@st.composite
+def _rouge_rounds(draw):
+    team = draw(st.integers(1, 6))
+    text = _TEXT | _LONG
+    texts = [[draw(st.lists(text, max_size=team)) for _ in range(draw(st.integers(1, 2)))]
+             for _ in range(draw(st.integers(1, 4)))]
+    return texts, team
+
+
+@settings(max_examples=30, deadline=None)
+@given(case=_rouge_rounds())
+def test_rouge_l_equals_the_dynamic_programme(case):
+    texts, team = case
+    col = pa.array(texts, pa.list_(pa.list_(pa.string())))
+    sim, _ = round_similarity(col, np.full(len(texts), team), team, measure="rouge_l")
+    want = np.zeros_like(sim)
+    for n, traj in enumerate(texts):
+        for t, agents in enumerate(traj):
+            want[t, n] = rouge_l_matrix(list(agents) + [None] * (team - len(agents)))
+    np.testing.assert_allclose(sim, want, rtol=1e-14, atol=0)
+
+
+def test_rouge_l_by_hand():
+    # "the cat sat on the mat" (6 tokens) and "The cat, on mat!" (4): LCS "the cat on mat" = 4,
+    # P = 4/4, R = 4/6, F = 2 (2/3) / (5/3) = 0.8; "a b c d" and "d c b a": LCS 1, F = 1/4;
+    # "x" and nothing: 0 (an empty text scores 0); "a a b" and "a b b": LCS "a b" = 2, F = 2/3
+    texts = [[["the cat sat on the mat", "The cat, on mat!", "a b c d", "d c b a", "x", ""]],
+             [["a a b", "a b b"]]]
+    col = pa.array(texts, pa.list_(pa.list_(pa.string())))
+    sim, _ = round_similarity(col, np.array([6, 2]), 6, measure="rouge_l")
+    assert sim[0, 0, 0, 1] == sim[0, 0, 1, 0] == pytest.approx(0.8, abs=1e-15)
+    assert sim[0, 0, 2, 3] == pytest.approx(0.25, abs=1e-15)
+    assert sim[0, 0, 4, 5] == 0.0 and sim[0, 0, 0, 2] == 0.0
+    assert sim[0, 1, 0, 1] == pytest.approx(2 / 3, abs=1e-15)
+    assert np.array_equal(np.diagonal(sim[0], axis1=1, axis2=2), [[1] * 6, [1, 1, 0, 0, 0, 0]])
+
+
+@pytest.mark.parametrize("backend", ["jax", "numpy"])
+def test_spectral_scores_on_rouge_l_by_hand(backend):
+    # W = [[1, .8, 0], [.8, 1, 0], [0, 0, 1]] (the pairs above and "a b", sharing nothing):
+    # DegMat = 1 - (3 + 1.6) / 9 = 22/45; the block {0, 1} has D = 1.8 and normalised
+    # eigenvalues 1 and 1/9 (lambda 0 and 8/9), {2} lambda 0: EigVal = 1 + 1/9 + 1 = 19/9
+    table = pa.table({
+        "trajectory_id": ["t0"], "protocol": ["debate"], "n_agents": pa.array([3], pa.int32()),
+        "answers": pa.array([[["1", "2", "3"]]], pa.list_(pa.list_(pa.string()))),
+        "texts": pa.array([[["the cat sat on the mat", "the cat on mat", "a b"]]],
+                          pa.list_(pa.list_(pa.string())))})
+    got = fastuq.score(table, "degree_matrix,eigval_laplacian", similarity="rouge_l",
+                       backend=backend, dtype="float64")
+    assert got["degree_matrix"][0].as_py() == pytest.approx(22 / 45, rel=1e-12)
+    assert got["eigval_laplacian"][0].as_py() == pytest.approx(19 / 9, rel=1e-12)

@@ -151,8 +151,9 @@ UAAD_PARAMS = (
 
 
 SIMILARITY = Param("similarity", default="answer", choices=SIMILARITIES, kernel=False,
-                   doc="the round's similarity graph: answer-class equality, or the "
-                       "token-set Jaccard index of the agents' texts")
+                   doc="the round's similarity graph: answer-class equality, the "
+                       "token-set Jaccard index of the agents' texts (lexical), or their "
+                       "ROUGE-L F-measure (rouge_l)")
 
 
 def _spectral(name: str, description: str, inputs=("similarity", "round_mask"),

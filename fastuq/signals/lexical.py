@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 
 from fastuq.errors import RecordError
 from fastuq.io.arrow_lists import combined, list_lengths, parents, ramp
+from fastuq.signals.rouge import pair_rouge_l
 from fastuq.signals.tokens import fmix64, text_token_ids
 
 __all__ = ["BLOCK_TOKENS", "MASK_SLOTS", "MIN_HASH_BITS", "pair_counts", "pair_jaccard",
@@ -175,8 +176,8 @@ def pair_jaccard(ids: np.ndarray, first: np.ndarray, group: np.ndarray, slot: np
 
 
 def round_similarity(texts: pa.Array | pa.ChunkedArray, team: np.ndarray, n_slots: int,
-                     t_max: int | None = None, *, dtype=np.float64,
-                     labels=None) -> tuple[np.ndarray, np.ndarray]:
+                     t_max: int | None = None, *, dtype=np.float64, labels=None,
+                     measure: str = "jaccard") -> tuple[np.ndarray, np.ndarray]:
     """The lexical similarity matrix of every round of every trajectory, packed.
 
     Args:
@@ -185,6 +186,8 @@ def round_similarity(texts: pa.Array | pa.ChunkedArray, team: np.ndarray, n_slot
       n_slots: the padded agent axis ``A`` (>= every round's list and every team).
       t_max: rounds to allocate (default: the longest trajectory).
       dtype: float dtype of the matrix; labels: trajectory names for errors.
+      measure: ``"jaccard"`` (token sets, :func:`pair_jaccard`) or ``"rouge_l"`` (token
+        sequences, :func:`fastuq.signals.rouge.pair_rouge_l`).
 
     Returns:
       ``(similarity [T, N, A, A], round_mask [T, N])``: the Jaccard index off the diagonal,
@@ -194,6 +197,8 @@ def round_similarity(texts: pa.Array | pa.ChunkedArray, team: np.ndarray, n_slot
       RecordError: a round lists more texts than ``n_slots`` (naming trajectory, round and
         field texts).
     """
+    if measure not in ("jaccard", "rouge_l"):
+        raise ValueError(f"measure must be 'jaccard' or 'rouge_l', got {measure!r}")
     col = combined(texts)
     n = len(col)
     traj_len, _ = list_lengths(col)
@@ -211,8 +216,8 @@ def round_similarity(texts: pa.Array | pa.ChunkedArray, team: np.ndarray, n_slot
                           f"texts for {n_slots} agent slots (field texts)", row=k)
     nodes = pc.list_flatten(rounds)
     ids, first = text_token_ids(nodes)
-    jac = pair_jaccard(ids, first, parents(round_len), ramp(round_len), len(round_len),
-                       n_slots)
+    pairs = pair_jaccard if measure == "jaccard" else pair_rouge_l
+    jac = pairs(ids, first, parents(round_len), ramp(round_len), len(round_len), n_slots)
     slots = np.arange(n_slots)
     in_team = slots[None, :] < np.asarray(team)[n_of_round][:, None]  # [R, A]
     jac *= in_team[:, :, None] & in_team[:, None, :]
