@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from fastuq.signals.tokens import fmix64
+
 __all__ = ["pair_rouge_l"]
 
 _ONE = np.uint64(1)
@@ -68,17 +70,34 @@ def pair_rouge_l(ids: np.ndarray, first: np.ndarray, group: np.ndarray, slot: np
     return out
 
 
+def _token_numbers(ids: np.ndarray, bits: int) -> np.ndarray:
+    """``[K]`` uint64 below ``2**bits``, equal exactly where the ids are equal: the top
+    ``bits`` of the bijective :func:`fastuq.signals.tokens.fmix64` where they are distinct on
+    the distinct ids, else each id's rank among them."""
+    d = np.sort(ids)
+    keep = np.ones(d.size, bool)
+    keep[1:] = d[1:] != d[:-1]
+    d = d[keep]
+    if bits < 64 and max(d.size - 1, 0).bit_length() <= bits:
+        shift = np.uint64(64 - bits)
+        h = np.sort(fmix64(d.copy()) >> shift)
+        if not np.any(h[1:] == h[:-1]):
+            return fmix64(ids.copy()) >> shift
+    return np.searchsorted(d, ids).astype(np.uint64)
+
+
 def _lcs(ids, first, length, x, y, m, n) -> np.ndarray:
     """``[P]`` LCS lengths of the pairs ``(x, y)`` of texts (``n`` non-increasing)."""
     n_words = int((m.max() + 63) // 64)
-    _, tok = np.unique(ids, return_inverse=True)
-    tok = tok.ravel().astype(np.int64)
-    n_tok = int(tok.max()) + 1
-    # the match masks: for each (text, token) the bits of its positions, in n_words words
-    row = np.repeat(np.arange(length.size), length)
+    row_bits = max(length.size - 1, 0).bit_length()
+    bits = 64 - row_bits
+    tok = _token_numbers(ids, bits)
+    # the match masks: for each (text, token) the bits of its positions, in n_words words,
+    # in one sorted table of (text, token) keys
+    row = np.repeat(np.arange(length.size, dtype=np.uint64), length)
     pos = np.arange(ids.size) - np.repeat(first[:-1], length)
     inside = pos < 64 * n_words  # a longer text is never the shorter of a pair
-    key = row[inside] * n_tok + tok[inside]
+    key = (row[inside] << np.uint64(bits)) | tok[inside] if bits < 64 else tok[inside]
     pos = pos[inside]
     srt = np.argsort(key, kind="stable")
     key, pos = key[srt], pos[srt]
@@ -88,15 +107,28 @@ def _lcs(ids, first, length, x, y, m, n) -> np.ndarray:
     entry = np.cumsum(start) - 1
     masks = np.zeros((keys.size + 1, n_words), np.uint64)  # the last row: no match
     np.bitwise_or.at(masks, (entry, pos >> 6), _ONE << (pos & 63).astype(np.uint64))
+    # each text's segment of the table: the lookups search only there
+    owner = (keys >> np.uint64(bits)).astype(np.int64) if bits < 64 else np.zeros(
+        keys.size, np.int64)
+    seg = np.searchsorted(owner, np.arange(length.size + 1))
+    lo0, hi0 = seg[x], seg[x + 1]
+    steps = int(np.max(hi0 - lo0)).bit_length()
     v = np.full((x.size, n_words), ~np.uint64(0), np.uint64)
     running = np.searchsorted(-n, -np.arange(int(n[0])), side="left")  # pairs with n > j
-    base_x = x * n_tok
+    base_x = x.astype(np.uint64) << np.uint64(bits) if bits < 64 else np.zeros(x.size, np.uint64)
     first_y = first[y]
+    last = keys.size - 1
     for j in range(int(n[0])):
         c = int(running[j])
-        k = base_x[:c] + tok[first_y[:c] + j]
-        at = np.searchsorted(keys, k)
-        at[(at == keys.size) | (keys[np.minimum(at, keys.size - 1)] != k)] = keys.size
+        k = base_x[:c] | tok[first_y[:c] + j]
+        lo, hi = lo0[:c].copy(), hi0[:c].copy()
+        for _ in range(steps):  # binary search within the segment: the first key >= k
+            mid = (lo + hi) >> 1
+            less = keys[np.minimum(mid, last)] < k
+            less &= mid < hi
+            lo = np.where(less, mid + 1, lo)
+            hi = np.where(less, hi, mid)
+        at = np.where((lo < hi0[:c]) & (keys[np.minimum(lo, last)] == k), lo, keys.size)
         u = v[:c] & masks[at]
         carry = np.zeros(c, np.uint64)
         for w in range(n_words):
