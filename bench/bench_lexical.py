@@ -12,6 +12,7 @@ equal (bit for bit) before anything is timed.
 
     python bench/bench_lexical.py --quick                     # N = 1e4, A = 3
     python bench/bench_lexical.py --baseline /tmp/base        # N = 1e4, 1e5; A = 3, 5
+    python bench/bench_lexical.py --baseline /tmp/base --n 10000   # N = 1e4 only
 
 Texts: 40 words each, drawn from a vocabulary of 5,000 (Zipf-like: word k with weight
 1/(k+10)), a third capitalised, with commas and full stops; T = 3 rounds, every agent
@@ -152,11 +153,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--baseline", type=Path, help="an older checkout to time beside")
     parser.add_argument("--repeats", type=int)
+    parser.add_argument("--n", type=int, action="append",
+                        help="trajectories (repeatable; default 1e4 and 1e5), A = 3 and 5 each")
     parser.add_argument("--no-readme", action="store_true")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    shapes = [(10_000, 3, 3)] if args.quick else [(10_000, 3, 3), (10_000, 3, 5),
-                                                  (100_000, 3, 3), (100_000, 3, 5)]
+    sizes = args.n or [10_000, 100_000]
+    shapes = [(10_000, 3, 3)] if args.quick else [(n, 3, a) for n in sizes for a in (3, 5)]
     repeats = args.repeats or (1 if args.quick else 2)
     import fastuq.signals.lexical as lexical
 

@@ -484,10 +484,8 @@ def _similarity(ctx: Context) -> np.ndarray:
     from fastuq.engine.similarity import answer_labels, text_similarity
 
     kind = ctx.packing.get("similarity")
-    if kind == "lexical":
-        return text_similarity(ctx.batch)
-    if kind == "rouge_l":
-        return text_similarity(ctx.batch, "rouge_l")
+    if kind in ("lexical", "rouge_l"):
+        return text_similarity(ctx.batch, "jaccard" if kind == "lexical" else kind)
     return answer_labels(ctx.batch)
 
 
