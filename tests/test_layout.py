@@ -390,6 +390,7 @@ PUBLIC = {
     "fastuq.signals.tokens": {"WORD", "fmix64", "text_token_ids", "word_token_ids"},
     "fastuq.signals.lexical": {"BLOCK_TOKENS", "MASK_SLOTS", "MIN_HASH_BITS", "pair_counts",
                                "pair_jaccard", "round_similarity"},
+    "fastuq.signals.rouge": {"pair_rouge_l"},
     "fastuq.engine.similarity": {"SIMILARITIES", "answer_labels", "text_similarity"},
     # the black-box answer-set estimators
     "fastuq.kernels.answer_sets": {
