@@ -547,6 +547,37 @@ def jaccard_matrix(texts) -> list[list[float]]:
     return w
 
 
+def lcs_length(a: list, b: list) -> int:
+    """The longest common subsequence of two sequences, by the textbook dynamic programme."""
+    prev = [0] * (len(b) + 1)
+    for x in a:
+        cur = [0]
+        for j, y in enumerate(b):
+            cur.append(prev[j] + 1 if x == y else max(prev[j + 1], cur[j]))
+        prev = cur
+    return prev[-1]
+
+
+def rouge_l_matrix(texts) -> list[list[float]]:
+    """rouge-score's ``rougeL`` F-measure (``_score_lcs``: precision = LCS / len(prediction),
+    recall = LCS / len(target), F = 2 P R / (P + R); 0 when either has no token) of every pair
+    of texts, on ``re``'s ``\\w+`` words of the lowercased texts in order (repeats kept); 1
+    on the diagonal."""
+    import re
+
+    toks = [re.findall(r"\w+", x.lower()) if x is not None else [] for x in texts]
+    m = len(toks)
+    w = [[1.0 if a == b else 0.0 for b in range(m)] for a in range(m)]
+    for a in range(m):
+        for b in range(a + 1, m):
+            if not toks[a] or not toks[b]:
+                continue
+            lcs = lcs_length(toks[a], toks[b])
+            p, r = lcs / len(toks[b]), lcs / len(toks[a])
+            w[a][b] = w[b][a] = 2 * p * r / (p + r) if p + r else 0.0
+    return w
+
+
 def answer_matrix(answers) -> list[list[float]]:
     """Answer-class equality: 1 where two agents give the same (non-null) answer string, and
     on the diagonal; an agent without an answer is similar to itself only."""

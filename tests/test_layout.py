@@ -389,8 +389,10 @@ PUBLIC = {
         "run_estimator_rounds"},
     "fastuq.engine.files": {"ProgressBar", "ScoreReport", "score_file"},
     # the black-box family's host side: word tokens, pairwise Jaccard, the similarity input
-    "fastuq.signals.tokens": {"WORD", "text_token_ids", "word_token_ids"},
-    "fastuq.signals.lexical": {"pair_jaccard", "round_similarity"},
+    "fastuq.signals.tokens": {"WORD", "fmix64", "text_token_ids", "word_token_ids"},
+    "fastuq.signals.lexical": {"BLOCK_TOKENS", "MASK_SLOTS", "MIN_HASH_BITS", "pair_counts",
+                               "pair_jaccard", "round_similarity"},
+    "fastuq.signals.rouge": {"pair_rouge_l"},
     "fastuq.engine.similarity": {"SIMILARITIES", "answer_labels", "text_similarity"},
     # the black-box answer-set estimators
     "fastuq.kernels.answer_sets": {

@@ -27,6 +27,7 @@ import pytest
 import fastuq
 from fastuq import evaluation as ev
 from fastuq.cli import main, sample_corpus_path
+from fastuq.engine.registry import score_outputs
 from fastuq.report import build_report, render_html, write_report
 
 DATA = Path(__file__).parent / "data"
@@ -119,7 +120,7 @@ def test_tables_show_what_fastuq_eval_prints(sample_page):
     metric_tables = [t for t in page.tables if t and t[0][:2] == ["estimator", "AUROC"]]
     assert len(metric_tables) == 3
     scores = pl.from_arrow(fastuq.score(sample_corpus_path(), "all"))
-    names = [c for c in scores.columns if c in fastuq.ESTIMATORS]
+    names = score_outputs(scores.columns)  # the estimators' score columns, _mean ones too
     labels = scored["correct"].to_numpy()
     protocols = scored["protocol"].to_numpy(zero_copy_only=False)
     expected = [ev.evaluation_table(labels, scores.select(names))]

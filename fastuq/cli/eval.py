@@ -143,7 +143,6 @@ def _evaluate(args, source: Path, methods, metrics, info: dict):
         groups = joined["protocol"] if "protocol" in joined.columns else None
         return joined["correct"].to_numpy(), joined.select(names), names, groups
 
-    import fastuq
     from fastuq.engine.host import tune_allocator, use_cpu_devices
 
     cs.check_skip_args(args)
@@ -167,10 +166,11 @@ def _evaluate(args, source: Path, methods, metrics, info: dict):
                   else [])
         cs.report_params("fastuq eval", per_protocol, protos, args.params)
     from fastuq.engine.host import release_memory
+    from fastuq.engine.registry import score_outputs
     from fastuq.metrics.inputs import ScoreColumns
 
     labels = _label_array(table, str(source))
-    names = [c for c in table.column_names if c in fastuq.ESTIMATORS]
+    names = score_outputs(table.column_names)
     groups = table["protocol"] if "protocol" in table.column_names else None
     # one float matrix of the scores; the scored table (ids and all) is dropped here, so
     # the metrics run with the scores in memory once

@@ -125,6 +125,9 @@ class Estimator:
       (``team_size``, ``edges``).
     presets: protocol -> parameter values (used for parameters the caller does not give).
     outputs: output columns (default: the name); a kernel with several returns a dict.
+    scores: the outputs that are uncertainty scores (higher: less certain), the columns
+      ``fastuq eval``, ``fastuq report`` and the stack evaluate; default: the output named as
+      the estimator (others, like UAAD's tier or stop round, are not scores).
     description: one line for ``--help`` and tables.
     memory: ``memory(shapes, dtype, backend)`` -> ``(bytes, what)``: the largest array its
       kernel (``backend="jax"``, ``shapes`` the inputs' shapes as one device gets them,
@@ -160,11 +163,19 @@ class Estimator:
     constraints: Callable[[Mapping[str, Any], Sequence[str] | None], None] | None = None
     memory: str | Callable | None = None
     per_round: tuple[str | Callable, str | Callable] | None = None
+    scores: tuple[str, ...] = ()
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.outputs:
             object.__setattr__(self, "outputs", (self.name,))
+        if not self.scores:
+            object.__setattr__(self, "scores",
+                               (self.name,) if self.name in self.outputs else ())
+        extra = [c for c in self.scores if c not in self.outputs]
+        if extra:
+            raise ValueError(f"estimator {self.name!r}: scores {extra} are not among its "
+                             f"outputs {list(self.outputs)}")
         if self.per_round is not None:
             if len(self.per_round) != 2:
                 raise ValueError(f"estimator {self.name!r}: per_round must be (kernel, twin), "

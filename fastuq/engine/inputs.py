@@ -60,7 +60,8 @@ input               shape           built from
 ``similarity``      ``[T, N, A]``   the round's similarity graph, by the ``similarity``
                     or ``[T, N,     parameter: ``answer``: each node's vote-class label
                     A, A]``         (``answers``); ``lexical``: pairwise token-set Jaccard
-                                    of ``texts`` (:mod:`fastuq.engine.similarity`)
+                                    of ``texts``; ``rouge_l``: their ROUGE-L F-measure
+                                    (:mod:`fastuq.engine.similarity`)
 ``text_similarity`` ``[T, N, A, A]`` the lexical form of ``similarity`` (``texts``)
 ==================  ==============  =====================================================
 
@@ -482,13 +483,14 @@ def _n_agents(ctx: Context) -> np.ndarray:
 def _similarity(ctx: Context) -> np.ndarray:
     from fastuq.engine.similarity import answer_labels, text_similarity
 
-    if ctx.packing.get("similarity") == "lexical":
-        return text_similarity(ctx.batch)
+    kind = ctx.packing.get("similarity")
+    if kind in ("lexical", "rouge_l"):
+        return text_similarity(ctx.batch, "jaccard" if kind == "lexical" else kind)
     return answer_labels(ctx.batch)
 
 
 def _similarity_source(packing: Mapping[str, object]) -> str:
-    return "texts" if packing.get("similarity") == "lexical" else "answers"
+    return "texts" if packing.get("similarity") in ("lexical", "rouge_l") else "answers"
 
 
 def _cols(*names: str) -> Callable[[Mapping[str, object]], tuple[str, ...]]:

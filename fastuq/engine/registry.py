@@ -32,7 +32,7 @@ The types of an entry (:class:`Param`, :class:`Estimator`) are
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -43,7 +43,7 @@ from fastuq.engine.inputs import CONFIDENCES, INPUTS
 from fastuq.engine.similarity import SIMILARITIES
 
 __all__ = ["ESTIMATORS", "Estimator", "Param", "check_params", "finite", "get_estimator",
-           "register", "takers", "unregister"]
+           "register", "score_outputs", "takers", "unregister"]
 
 
 SAUCE_PRESETS: Mapping[str, Mapping[str, float]] = MappingProxyType(
@@ -151,15 +151,17 @@ UAAD_PARAMS = (
 
 
 SIMILARITY = Param("similarity", default="answer", choices=SIMILARITIES, kernel=False,
-                   doc="the round's similarity graph: answer-class equality, or the "
-                       "token-set Jaccard index of the agents' texts")
+                   doc="the round's similarity graph: answer-class equality, the "
+                       "token-set Jaccard index of the agents' texts (lexical), or their "
+                       "ROUGE-L F-measure (rouge_l)")
 
 
 def _spectral(name: str, description: str, inputs=("similarity", "round_mask"),
               params=(SIMILARITY,)) -> Estimator:
     """An entry of :mod:`fastuq.kernels.spectral`: the last round's score and its mean."""
     return Estimator(name=name, inputs=inputs, params=params,
-                     outputs=(name, f"{name}_mean"), **_kernels("spectral", name),
+                     outputs=(name, f"{name}_mean"), scores=(name, f"{name}_mean"),
+                     **_kernels("spectral", name),
                      description=description + " (last executed round; also its mean over "
                                                "rounds, <name>_mean)")
 
@@ -346,6 +348,14 @@ def get_estimator(name: str) -> Estimator:
         raise ValueError(
             f"unknown estimator {name!r}; known: {', '.join(sorted(_REGISTRY))}"
         ) from None
+
+
+def score_outputs(columns: Iterable[str]) -> list[str]:
+    """The columns among ``columns`` (in their order) that a registered estimator declares
+    as scores (:attr:`Estimator.scores`): the columns ``fastuq eval`` and ``fastuq report``
+    evaluate, e.g. ``eigval_laplacian`` and ``eigval_laplacian_mean``, not ``uaad_tier``."""
+    known = {c for est in _REGISTRY.values() for c in est.scores}
+    return [c for c in columns if c in known]
 
 
 def takers(param: str) -> list[str]:

@@ -9,7 +9,9 @@ chunk, and checked against the rounds of agreement.
   its own); slots past the team, and rounds that did not execute, hold -1.
 * :func:`text_similarity` (``similarity="lexical"``): ``[T, N, A, A]`` float, the token-set
   Jaccard index of the agents' ``texts`` (:func:`fastuq.signals.lexical.round_similarity`),
-  1 on the diagonal of the team's slots.
+  1 on the diagonal of the team's slots; ``text_similarity(batch, "rouge_l")``
+  (``similarity="rouge_l"``): the ROUGE-L F-measure of the texts' token sequences instead
+  (:mod:`fastuq.signals.rouge`).
 
 The team is ``n_agents``, else the widest round of the column the labels come from.
 """
@@ -24,7 +26,7 @@ from fastuq.errors import RecordError
 __all__ = ["SIMILARITIES", "answer_labels", "text_similarity"]
 
 #: The values of the ``similarity`` parameter of the spectral estimators.
-SIMILARITIES = ("answer", "lexical")
+SIMILARITIES = ("answer", "lexical", "rouge_l")
 
 
 def _same_rounds(batch: Batch, mask: np.ndarray, other: np.ndarray, field: str) -> None:
@@ -57,10 +59,12 @@ def answer_labels(batch: Batch) -> np.ndarray:
     return batch._cache["similarity:answer"]
 
 
-def text_similarity(batch: Batch) -> np.ndarray:
-    """``[T, N, A, A]`` lexical similarity in ``batch.dtype`` (module docstring); cached per
-    batch. Raises ValueError naming the column when the corpus has no ``texts``."""
-    if "similarity:lexical" not in batch._cache:
+def text_similarity(batch: Batch, measure: str = "jaccard") -> np.ndarray:
+    """``[T, N, A, A]`` lexical similarity in ``batch.dtype`` (module docstring), token-set
+    Jaccard (``measure="jaccard"``) or ROUGE-L (``"rouge_l"``); cached per batch. Raises
+    ValueError naming the column when the corpus has no ``texts``."""
+    cache = "similarity:lexical" if measure == "jaccard" else f"similarity:{measure}"
+    if cache not in batch._cache:
         from fastuq.signals.lexical import round_similarity
 
         if not batch.has("texts"):
@@ -70,11 +74,12 @@ def text_similarity(batch: Batch) -> np.ndarray:
         a_max = batch.n_slots
         team = np.minimum(batch.team_sizes("texts"), a_max)
         sim, text_rounds = round_similarity(batch.column("texts"), team, a_max,
-                                            dtype=batch.dtype, labels=batch.labels)
+                                            dtype=batch.dtype, labels=batch.labels,
+                                            measure=measure)
         if text_rounds.shape[0] < mask.shape[0]:
             pad = mask.shape[0] - text_rounds.shape[0]
             text_rounds = np.pad(text_rounds, ((0, pad), (0, 0)))
             sim = np.pad(sim, ((0, pad), (0, 0), (0, 0), (0, 0)))
         _same_rounds(batch, mask, text_rounds, "texts")
-        batch._cache["similarity:lexical"] = sim[:mask.shape[0]]
-    return batch._cache["similarity:lexical"]
+        batch._cache[cache] = sim[:mask.shape[0]]
+    return batch._cache[cache]

@@ -353,8 +353,8 @@ def build_report(
     """
     import pyarrow as pa
 
-    from fastuq import ESTIMATORS
     from fastuq.engine.pipeline import iter_scores
+    from fastuq.engine.registry import score_outputs
     from fastuq.evaluation.tables import evaluation_tables
 
     if bench is not None:  # checked before any work
@@ -397,7 +397,7 @@ def build_report(
             raise ValueError(f"trajectory {batch.ids[k].as_py()!r} has no label (field correct "
                              f"is null; {correct.null_count} unlabelled in its chunk)")
         tables.append(pa.table({"trajectory_id": batch.ids,
-                                **{k: v for k, v in scores.items() if k in ESTIMATORS}}))
+                                **{k: scores[k] for k in score_outputs(scores)}}))
         if protocol is None and "protocol" not in batch.table.column_names:
             protos: Any = _NO_PROTOCOL  # estimators without presets need none
         else:

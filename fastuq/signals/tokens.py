@@ -4,7 +4,8 @@ similarity of a round's texts (:mod:`fastuq.signals.lexical`).
 
 A token is a run of ``re``'s ``\\w`` characters of the lowercased text (``[A-Za-z0-9_]`` on
 ASCII, found from the bytes; a text with a non-ASCII character is first replaced by its
-``re`` words of its Python lowercasing, once per distinct text). A token of at most 8 bytes
+``re`` words of its Python lowercasing, all such texts in one ``str.lower`` and one
+``re.sub``). A token of at most 8 bytes
 is its own id (its bytes, little-endian: exact); a longer one gets a 61-bit hash of its
 bytes (two different long tokens share an id with probability about ``2**-61``).
 :func:`word_token_ids` works on raw bytes and offsets; :func:`text_token_ids` on an Arrow
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["WORD", "text_token_ids", "word_token_ids"]
+__all__ = ["WORD", "fmix64", "text_token_ids", "word_token_ids"]
 
 #: The tokens of a text with a non-ASCII character: Python's ``re`` words of its lowercasing.
 WORD = r"\w+"
@@ -60,9 +61,9 @@ def word_token_ids(data: np.ndarray, off: np.ndarray,
     start[off[rows]] = tok[off[rows]]  # a token never spans two rows
     si = np.flatnonzero(start)
     first = np.searchsorted(si, off)
-    # the 8 bytes from each position as one aligned uint64 (little-endian: the first byte
-    # lowest); a gather from the unaligned view itself is several times slower
-    words = np.ascontiguousarray(np.ndarray((nb + 9,), _U64, low, 0, (1,)))
+    # the 8 bytes from a position as one uint64 (little-endian: the first byte lowest), read
+    # from two aligned words only at the positions asked for (no 8-byte word per byte)
+    words = _Words(low)
     ids = words[si]
     # keep the bytes before the first zero byte (the token's end): t flags the lowest zero
     # byte of each word exactly (bit 7 of that byte), or is 0 when all 8 bytes are nonzero
@@ -97,7 +98,7 @@ def word_token_ids(data: np.ndarray, off: np.ndarray,
         t -= np.uint64(1)
         w1 &= t
         w1 ^= np.uint64(_WORD_KEY)
-        h = _fmix64(ids[long]) + _fmix64(w1)  # as _long_hash, without the lengths
+        h = fmix64(ids[long]) + fmix64(w1)  # as _long_hash, without the lengths
         longer = np.flatnonzero(~two)  # 16 bytes or more
         if longer.size:
             s = si[long[longer]]
@@ -114,6 +115,18 @@ def word_token_ids(data: np.ndarray, off: np.ndarray,
     if tag:
         ids |= np.uint64(1)
     return ids, first
+
+
+class _Words:
+    """The 8 bytes from each asked-for position of a byte buffer as one little-endian uint64
+    (``words[pos]``): a gather of 8-byte items from a view of the buffer that starts one
+    at every byte (no 8-byte word is made for every byte, only for the positions asked)."""
+
+    def __init__(self, buf: np.ndarray) -> None:
+        self.v = np.ndarray((buf.size - 7,), np.dtype("V8"), buf, 0, (1,))
+
+    def __getitem__(self, pos: np.ndarray) -> np.ndarray:
+        return self.v[pos].view(_U64)
 
 
 def _long_lengths(words: np.ndarray, start: np.ndarray, lv: np.ndarray) -> np.ndarray:
@@ -135,11 +148,9 @@ def _long_lengths(words: np.ndarray, start: np.ndarray, lv: np.ndarray) -> np.nd
         length[active[hit]] = 8 * j + (np.log2(t.astype(np.float64)).astype(np.int64) >> 3)
         active = active[~hit]
     if active.size:
-        zeros = np.flatnonzero(lv == 0)
+        zeros = np.r_[np.flatnonzero(lv == 0), lv.size]  # a token ends at one, or at the end
         s = start[active]
-        at = np.searchsorted(zeros, s)
-        length[active] = np.where(at < zeros.size, zeros[np.minimum(at, zeros.size - 1)],
-                                  lv.size) - s
+        length[active] = zeros[np.searchsorted(zeros, s)] - s
     return length
 
 
@@ -153,7 +164,7 @@ def _long_hash(words: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.n
     j = np.arange(tok.size) - head[tok]
     w = words[start[tok] + 8 * j] & _LOW_BYTES[np.minimum(length[tok] - 8 * j, 8)]
     w ^= j.astype(np.uint64) * np.uint64(_WORD_KEY)
-    return np.add.reduceat(_fmix64(w), head)
+    return np.add.reduceat(fmix64(w), head)
 
 
 def _long_id(h: np.ndarray) -> np.ndarray:
@@ -166,8 +177,9 @@ def _long_id(h: np.ndarray) -> np.ndarray:
     return h
 
 
-def _fmix64(k: np.ndarray) -> np.ndarray:
-    """MurmurHash3's 64-bit finaliser, in place."""
+def fmix64(k: np.ndarray) -> np.ndarray:
+    """MurmurHash3's 64-bit finaliser of a uint64 array, in place (and returned): a bijection
+    of the 64-bit integers, so distinct inputs give distinct outputs."""
     k ^= k >> np.uint64(33)
     k *= np.uint64(0xFF51AFD7ED558CCD)
     k ^= k >> np.uint64(33)
@@ -178,35 +190,41 @@ def _fmix64(k: np.ndarray) -> np.ndarray:
 
 def _words_of_non_ascii(data: np.ndarray, off: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     r"""The rows holding a non-ASCII byte replaced by their ``re`` words (``\w+`` of the
-    Python-lowercased text) joined by single spaces, once per distinct row; ASCII rows are
-    unchanged (their tokens are found from the bytes: ``\w`` on ASCII is ``[A-Za-z0-9_]``
-    and lowercasing ASCII stays ASCII). A word's UTF-8 bytes are all token bytes and a space
-    is none, so the byte tokenizer reads those words back exactly."""
+    Python-lowercased text) with a space between words; ASCII rows are unchanged (their
+    tokens are found from the bytes: ``\w`` on ASCII is ``[A-Za-z0-9_]`` and lowercasing
+    ASCII stays ASCII). A word's UTF-8 bytes are all token bytes and a space is none, so the
+    byte tokenizer reads those words back exactly.
+
+    All such rows at once, with no Python loop over them: their bytes joined with a NUL
+    after each row (a NUL inside a row is first made a space: neither is a word character,
+    cased, or case-ignorable, so neither changes the row's words or its lowercasing, final
+    sigma included), decoded, lowercased and reduced to words by one ``str.lower`` and one
+    ``re.sub`` over the whole string, encoded back and cut at the NULs."""
     import re
 
     hit = np.flatnonzero(data >= 0x80)
     rows = np.unique(np.searchsorted(off, hit, side="right") - 1)
-    words = re.compile(WORD)
-    cache: dict[bytes, bytes] = {}
-    new = []
-    for r in rows.tolist():
-        raw = data[off[r]:off[r + 1]].tobytes()
-        out = cache.get(raw)
-        if out is None:
-            text = raw.decode("utf-8", errors="replace")
-            out = cache[raw] = " ".join(words.findall(text.lower())).encode("utf-8")
-        new.append(out)
-    l_data = np.frombuffer(b"".join(new), np.uint8)
-    l_off = np.zeros(rows.size + 1, np.int64)
-    np.cumsum([len(b) for b in new], out=l_off[1:])
     length = np.diff(off)
+    r_len = length[rows]
+    # the rows' bytes, each followed by one NUL
+    j_off = np.zeros(rows.size + 1, np.int64)
+    np.cumsum(r_len + 1, out=j_off[1:])
+    joined = np.zeros(int(j_off[-1]), np.uint8)
+    body = np.arange(joined.size) - np.repeat(j_off[:-1], r_len + 1)
+    is_body = body < np.repeat(r_len, r_len + 1)
+    joined[is_body] = data[np.repeat(off[rows], r_len + 1)[is_body] + body[is_body]]
+    joined[is_body & (joined == 0)] = 0x20
+    text = joined.tobytes().decode("utf-8", errors="replace").lower()
+    out = np.frombuffer(re.sub(r"[^\w\x00]+", " ", text).encode("utf-8"), np.uint8)
+    ends = np.flatnonzero(out == 0)  # one per row, in order
+    l_off = np.r_[0, ends[:-1] + 1]
     src = off[:-1].copy()
-    length[rows] = np.diff(l_off)
-    src[rows] = data.size + l_off[:-1]
+    length[rows] = ends - l_off
+    src[rows] = data.size + l_off
     new_off = np.zeros(len(off), np.int64)
     np.cumsum(length, out=new_off[1:])
     pos = np.arange(new_off[-1]) - np.repeat(new_off[:-1] - src, length)
-    return np.concatenate([data, l_data])[pos], new_off
+    return np.concatenate([data, out])[pos], new_off
 
 
 def text_token_ids(texts) -> tuple[np.ndarray, np.ndarray]:
