@@ -11,7 +11,7 @@ import pyarrow as pa
 from fastuq.engine.device_pack import resolve_pack
 from fastuq.errors import RecordError
 from fastuq.io.arrow_lists import combined
-from fastuq.io.pack import pack_lists, pack_nodes
+from fastuq.io.pack import NodeLayout, node_layout, pack_lists, pack_nodes
 
 __all__ = ["Batch"]
 
@@ -220,10 +220,10 @@ class Batch:
         those of :meth:`vote_classes`, the same the agreement counts."""
         if "answer_classes" not in self._cache:
             answers, classes = self.vote_classes()
-            values, node_mask, round_mask = pack_nodes(
-                answers, dtype=np.int32, n_agents=self.n_slots, fill=-1,
-                leaf_values=classes.astype(np.int32))
-            self._cache["answer_classes"] = (np.where(node_mask, values, -1), round_mask)
+            values, _, round_mask = pack_nodes(
+                answers, dtype=np.int32, fill=-1, leaf_values=classes.astype(np.int32),
+                layout=self.node_layout(answers))
+            self._cache["answer_classes"] = (values, round_mask)  # -1 off the valid nodes
         return self._cache["answer_classes"]
 
     def active(self) -> np.ndarray:
@@ -258,10 +258,21 @@ class Batch:
             else:
                 col = self.column(name)
             try:
-                self._cache[key] = pack_nodes(col, dtype=self.dtype, n_agents=self.n_slots)
+                self._cache[key] = pack_nodes(col, dtype=self.dtype,
+                                              layout=self.node_layout(col))
             except ValueError as exc:
                 raise ValueError(f"{self.source or 'corpus'}: {name}: {exc}") from None
         return self._cache[key]
+
+    def node_layout(self, col: pa.Array) -> NodeLayout:
+        """The :class:`~fastuq.io.pack.NodeLayout` of a node column of this chunk packed to
+        :attr:`n_slots` agents: shared by every node column with the same lists (built once
+        per chunk for ``seq_logprob``, ``n_tokens``, ``answers``, ...)."""
+        known: list[NodeLayout] = self._cache.setdefault("node_layouts", [])  # type: ignore
+        layout = node_layout(col, n_agents=self.n_slots, known=known)
+        if not any(k is layout for k in known):
+            known.append(layout)
+        return layout
 
     def team_sizes(self, node_column: str = "seq_logprob") -> np.ndarray:
         """``[N]`` int64 team size of every trajectory: its ``n_agents``, or where that is

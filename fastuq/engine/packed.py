@@ -174,16 +174,40 @@ def pack_corpus(
     files = pack_source_files(source)
     start = time.perf_counter()
 
-    def write(staging: Path) -> dict:
-        import pyarrow.compute as pc
+    def checked_chunks():
+        """The reader stage: read, decode, conform, validate and check every value."""
+        for chunk in iter_chunks(source, chunk_rows=chunk_rows):
+            yield values_checked(chunk)
+
+    def write_chunk(path: Path, table: pa.Table) -> tuple[int, str]:
+        """The writer stage: one uncompressed IPC file, then its size and SHA-256 (read back
+        from the page cache; hashing releases the GIL)."""
         import pyarrow.ipc as ipc
+
+        with ipc.new_file(str(path), table.schema) as w:
+            w.write_table(table, max_chunksize=max(table.num_rows, 1))
+        return path.stat().st_size, file_sha256(path)
+
+    def write(staging: Path) -> dict:
+        from concurrent.futures import Future, ThreadPoolExecutor
+
+        import pyarrow.compute as pc
 
         chunks, protocols, rounds, slots = [], set(), set(), set()
         derived_only: set[str] = set()
         seen = SeenIds()
+        # Three stages overlap (two cores): the reader reads and checks chunk k + 1 and the
+        # writer writes and hashes chunk k - 1 while chunk k's inputs are built here; the
+        # source files are hashed beside them. At most one chunk waits at each stage.
+        pool = ThreadPoolExecutor(3, thread_name_prefix="fastuq-pack")
+        reader = checked_chunks()
+        source_hashes = pool.submit(lambda: [file_sha256(f) for f in files])
+        pending: Future = pool.submit(next, reader, None)
+        written: Future | None = None
         try:
-            for k, chunk in enumerate(iter_chunks(source, chunk_rows=chunk_rows)):
-                chunk = values_checked(chunk)
+            k = 0
+            while (chunk := pending.result()) is not None:
+                pending = pool.submit(next, reader, None)
                 table = chunk.table
                 ids = combined(table.column("trajectory_id"))
                 repeat, first = seen.repeats(ids)
@@ -204,8 +228,6 @@ def pack_corpus(
                 for col, arr in arrays.items():
                     out = out.append_column(col, _by_trajectory(arr))
                 name = f"chunk-{k:05d}.arrow"
-                with ipc.new_file(str(staging / name), out.schema) as w:
-                    w.write_table(out, max_chunksize=max(out.num_rows, 1))
                 if "protocol" in table.column_names:
                     protocols |= {p for p in pc.unique(table.column("protocol").combine_chunks()
                                                        .cast(pa.string())).to_pylist()
@@ -213,16 +235,33 @@ def pack_corpus(
                 t_max = max((a.shape[0] for a in arrays.values()), default=0)
                 rounds.add(t_max)
                 slots.add(batch.n_slots)
-                chunks.append({
-                    "file": name, "rows": table.num_rows,
-                    "bytes": (staging / name).stat().st_size,
-                    "sha256": file_sha256(staging / name),
+                entry = {
+                    "file": name, "rows": table.num_rows, "bytes": None, "sha256": None,
                     "row0": chunk.row0, "source": chunk.source,
                     "source_row0": chunk.source_row0, "present": present,
                     "n_slots": batch.n_slots, "topk_slots": _topk_slots(table),
                     "shapes": {c: list(a.shape) for c, a in arrays.items()}, "deps": deps,
-                })
+                }
+                del batch, arrays, table, chunk
+                if written is not None:
+                    chunks[-1]["bytes"], chunks[-1]["sha256"] = written.result()
+                chunks.append(entry)
+                written = pool.submit(write_chunk, staging / name, out)
+                del out
+                k += 1
+            if written is not None:
+                chunks[-1]["bytes"], chunks[-1]["sha256"] = written.result()
+            hashes = source_hashes.result()
         finally:
+            for f in (pending, written):
+                if f is not None:
+                    f.cancel()
+                    try:
+                        f.result()
+                    except BaseException:  # noqa: BLE001 - the first error is raised
+                        pass
+            reader.close()
+            pool.shutdown(wait=True, cancel_futures=True)
             seen.close()
         source_bytes = sum(f.stat().st_size for f in files)
         pack_bytes = sum(c["bytes"] for c in chunks)
@@ -230,8 +269,8 @@ def pack_corpus(
             "format": "fastuq-pack", "schema_version": PACK_SCHEMA_VERSION,
             "fastuq_version": version, "rows": sum(c["rows"] for c in chunks),
             "chunk_rows": chunk_rows, "math": bool(math), "checks": list(CHECKS),
-            "sources": [{"path": str(f), "bytes": f.stat().st_size,
-                         "sha256": file_sha256(f)} for f in files],
+            "sources": [{"path": str(f), "bytes": f.stat().st_size, "sha256": h}
+                        for f, h in zip(files, hashes, strict=True)],
             "source_bytes": source_bytes, "pack_bytes": pack_bytes,
             "protocols": sorted(protocols),
             "buckets": {"rounds": sorted(rounds), "agent_slots": sorted(slots)},
