@@ -251,18 +251,23 @@ class Batch:
         the corpus has no such column."""
         key = f"nodes:{name}"
         if key not in self._cache:
-            if name == "node_entropy" and not self._present("node_entropy"):
-                from fastuq.signals import token_entropy_from_topk
-
-                col = token_entropy_from_topk(self.column("topk_logprobs"))[0]
-            else:
-                col = self.column(name)
+            col = self.node_column(name)
             try:
                 self._cache[key] = pack_nodes(col, dtype=self.dtype,
                                               layout=self.node_layout(col))
             except ValueError as exc:
                 raise ValueError(f"{self.source or 'corpus'}: {name}: {exc}") from None
         return self._cache[key]
+
+    def node_column(self, name: str) -> pa.Array:
+        """The ``list<list<...>>`` Arrow column behind :meth:`nodes` of ``name``: the column,
+        or for ``node_entropy`` without such a column, the node entropies derived from
+        ``topk_logprobs``."""
+        if name == "node_entropy" and not self._present("node_entropy"):
+            from fastuq.signals import token_entropy_from_topk
+
+            return token_entropy_from_topk(self.column("topk_logprobs"))[0]
+        return self.column(name)
 
     def node_layout(self, col: pa.Array) -> NodeLayout:
         """The :class:`~fastuq.io.pack.NodeLayout` of a node column of this chunk packed to

@@ -73,9 +73,9 @@ def check_pack(pack: str | os.PathLike, *, source: str | os.PathLike | Sequence 
 
 
 def _by_trajectory(arr: np.ndarray) -> pa.FixedSizeListArray:
-    """``[T, N, ...]`` to ``[N]`` fixed-size lists of ``T * ...`` values (trajectory-major)."""
-    n = arr.shape[1]
-    flat = np.ascontiguousarray(np.moveaxis(arr, 0, 1)).reshape(n, -1)
+    """A trajectory-major ``[N, ...]`` array to ``[N]`` fixed-size lists of its ``...``
+    values (no copy of a C-contiguous float or int array)."""
+    flat = np.ascontiguousarray(arr).reshape(arr.shape[0], -1)
     return pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1])
 
 
@@ -84,10 +84,36 @@ def _present(table: pa.Table) -> list[str]:
     return [c for c in table.column_names if table.column(c).null_count < n]
 
 
-def _chunk_arrays(batch: Batch, present: set[str]) -> tuple[dict, dict]:
-    """``({column: [T, N, ...] array}, {input: columns it was built from})`` of a chunk."""
+def _node_arrays(batch: Batch, name: str, layouts: list, **kw) -> tuple[np.ndarray, ...]:
+    """The node column ``name`` (or, with ``leaf_values``, ``answers``) packed
+    trajectory-major, ``([N, T, A], node_mask [N, T, A], round_mask [N, T])``: the arrays
+    of :meth:`Batch.nodes` (:meth:`Batch.answer_classes`) with their first two axes
+    swapped, placed directly where the pack stores them (the same slots, the same
+    values: packing only moves values)."""
+    from fastuq.io.pack import node_layout, pack_nodes
+
+    col = batch.column("answers") if name == "answers" else batch.node_column(name)
+    try:
+        layout = node_layout(col, n_agents=batch.n_slots, order="trajectory", known=layouts)
+        out = pack_nodes(col, layout=layout, **kw)
+    except ValueError as exc:
+        raise ValueError(f"{batch.source or 'corpus'}: {name}: {exc}") from None
+    if not any(k is layout for k in layouts):
+        layouts.append(layout)
+    return out
+
+
+def _chunk_arrays(batch: Batch, present: set[str]) -> tuple[dict, dict, dict]:
+    """``({column: [N, ...] trajectory-major array}, {column: its time-major shape [T, N,
+    ...]}, {input: columns it was built from})`` of a chunk."""
     arrays: dict[str, np.ndarray] = {}
+    shapes: dict[str, list[int]] = {}
     deps: dict[str, list[str]] = {}
+
+    def put(key: str, by_traj: np.ndarray) -> None:
+        arrays[key] = by_traj
+        shapes[key] = [by_traj.shape[1], by_traj.shape[0], *by_traj.shape[2:]]
+
     for name in ROUND_INPUTS:
         if name in present:
             built_from = [name]
@@ -99,8 +125,10 @@ def _chunk_arrays(batch: Batch, present: set[str]) -> tuple[dict, dict]:
             continue
         values, mask = batch.rounds(name)
         key = f"{PACK_PREFIX}rounds__{name}"
-        arrays[key], arrays[key + "__mask"] = values, mask
+        put(key, values.T)
+        put(key + "__mask", mask.T)
         deps[key] = built_from
+    layouts: list = []
     for name in NODE_INPUTS:
         if name in present:
             built_from = [name]
@@ -108,17 +136,21 @@ def _chunk_arrays(batch: Batch, present: set[str]) -> tuple[dict, dict]:
             built_from = ["topk_logprobs"]
         else:
             continue
-        values, node_mask, round_mask = batch.nodes(name)
+        values, node_mask, round_mask = _node_arrays(batch, name, layouts, dtype=np.float64)
         key = f"{PACK_PREFIX}nodes__{name}"
-        arrays[key], arrays[key + "__node_mask"] = values, node_mask
-        arrays[key + "__round_mask"] = round_mask
+        put(key, values)
+        put(key + "__node_mask", node_mask)
+        put(key + "__round_mask", round_mask)
         deps[key] = built_from
     if "answers" in present:
-        classes, round_mask = batch.answer_classes()
+        _, classes = batch.vote_classes()
+        values, _, round_mask = _node_arrays(batch, "answers", layouts, dtype=np.int32,
+                                             fill=-1, leaf_values=classes.astype(np.int32))
         key = f"{PACK_PREFIX}classes__answers"
-        arrays[key], arrays[key + "__round_mask"] = classes, round_mask
+        put(key, values)  # -1 off the valid nodes, as Batch.answer_classes
+        put(key + "__round_mask", round_mask)
         deps[key] = ["answers"]
-    return arrays, deps
+    return arrays, shapes, deps
 
 
 def _topk_slots(table: pa.Table) -> int:
@@ -221,7 +253,7 @@ def pack_corpus(
                 present = _present(table)
                 batch = Batch(table, source=chunk.source, row0=chunk.source_row0,
                               dtype=np.float64, math=math, processes=processes)
-                arrays, deps = _chunk_arrays(batch, set(present))
+                arrays, shapes, deps = _chunk_arrays(batch, set(present))
                 kept = [c for c in table.column_names if c not in DERIVED_ONLY]
                 derived_only |= {c for c in DERIVED_ONLY if c in table.column_names}
                 out = table.select(kept).combine_chunks()
@@ -232,7 +264,7 @@ def pack_corpus(
                     protocols |= {p for p in pc.unique(table.column("protocol").combine_chunks()
                                                        .cast(pa.string())).to_pylist()
                                   if p is not None}
-                t_max = max((a.shape[0] for a in arrays.values()), default=0)
+                t_max = max((shape[0] for shape in shapes.values()), default=0)
                 rounds.add(t_max)
                 slots.add(batch.n_slots)
                 entry = {
@@ -240,7 +272,7 @@ def pack_corpus(
                     "row0": chunk.row0, "source": chunk.source,
                     "source_row0": chunk.source_row0, "present": present,
                     "n_slots": batch.n_slots, "topk_slots": _topk_slots(table),
-                    "shapes": {c: list(a.shape) for c, a in arrays.items()}, "deps": deps,
+                    "shapes": shapes, "deps": deps,
                 }
                 del batch, arrays, table, chunk
                 if written is not None:

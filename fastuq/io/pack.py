@@ -106,8 +106,10 @@ class NodeLayout:
     round (``R = round_len.sum()``); ``shape``: ``(T, n_padded, A)``; ``position [S]``
     (int64): the flat index into a C-ordered array of ``shape`` of every slot of
     ``pc.list_flatten(pc.list_flatten(col))`` (``S = slot_len.sum()``); ``round_mask
-    [T, n_padded]``. Columns with the same lists (``seq_logprob``, ``n_tokens`` and
-    ``answers`` of one chunk, typically) share one layout (:func:`node_layout`'s ``known``).
+    [T, n_padded]`` (``shape`` and ``round_mask`` trajectory-major, ``[n_padded, T, A]``
+    and ``[n_padded, T]``, for a layout of ``order="trajectory"``). Columns with the same
+    lists (``seq_logprob``, ``n_tokens`` and ``answers`` of one chunk, typically) share one
+    layout (:func:`node_layout`'s ``known``).
     """
 
     round_len: np.ndarray
@@ -130,18 +132,25 @@ def node_layout(
     n_agents: int | None = None,
     n_padded: int | None = None,
     known: Sequence[NodeLayout] = (),
+    order: str = "time",
 ) -> NodeLayout:
     """The :class:`NodeLayout` of a ``list<list<...>>`` node column (sizes as
     :func:`pack_nodes`); one of ``known`` when it fits (no new index is built then).
 
-    The position of slot ``k`` of round ``t`` of trajectory ``n`` is ``(t * n_padded + n) * A
-    + k``: with ``row_base[r]`` of every executed round (one ``np.repeat`` over the
-    trajectories), ``position = arange(S) + repeat(row_base, slot_len)``: two repeats and
-    two aranges, no per-slot 3-index arithmetic.
+    ``order="time"`` (default): the arrays are time-major ``[T, n_padded, A]``, slot ``k``
+    of round ``t`` of trajectory ``n`` at ``(t * n_padded + n) * A + k``.
+    ``order="trajectory"``: trajectory-major ``[n_padded, T, A]`` (the layout of the Arrow
+    lists, and of a pack's stored arrays), at ``(n * T + t) * A + k``; ``round_mask`` is
+    then ``[n_padded, T]``. With ``row_base[r]`` of every executed round (one ``np.repeat``
+    over the trajectories), ``position = arange(S) + repeat(row_base, slot_len)``: two
+    repeats and two aranges, no per-slot 3-index arithmetic.
 
     Raises:
-      ValueError: ``t_max`` or ``n_agents`` smaller than the column needs.
+      ValueError: ``t_max`` or ``n_agents`` smaller than the column needs, or an unknown
+        ``order``.
     """
+    if order not in ("time", "trajectory"):
+        raise ValueError(f"order must be 'time' or 'trajectory', got {order!r}")
     col = combined(col)
     n = len(col)
     round_len, _ = list_lengths(col)
@@ -157,21 +166,26 @@ def node_layout(
             f"node column needs at least {longest_t} rounds x {longest_a} agents, "
             f"got {t_max} x {n_agents}"
         )
-    shape = (t_max, n_padded, n_agents)
+    time_major = order == "time"
+    shape = (t_max, n_padded, n_agents) if time_major else (n_padded, t_max, n_agents)
     for layout in known:
         if layout.fits(round_len, slot_len, shape):
             return layout
-    per_round = n_padded * n_agents
-    n_rows = len(slot_len)
-    # round r = t-th of trajectory n starts at t * per_round + n * A; t = r - traj_start[n]
-    traj = np.arange(n, dtype=np.int64) * n_agents - starts(round_len) * per_round
-    row_base = np.arange(n_rows, dtype=np.int64) * per_round
+    # round r = t-th of trajectory n starts at t * step_t + n * step_n, t = r - traj_start[n]
+    step_t = n_padded * n_agents if time_major else n_agents
+    step_n = n_agents if time_major else t_max * n_agents
+    traj = np.arange(n, dtype=np.int64) * step_n - starts(round_len) * step_t
+    row_base = np.arange(len(slot_len), dtype=np.int64) * step_t
     row_base += np.repeat(traj, round_len)
     row_base -= starts(slot_len)  # slot e of round r is its (e - start of r)-th slot
     position = np.repeat(row_base, slot_len)
     position += np.arange(position.size, dtype=np.int64)
-    round_mask = np.zeros((t_max, n_padded), bool)
-    round_mask[:, :n] = np.arange(t_max)[:, None] < round_len[None, :]
+    if time_major:
+        round_mask = np.zeros((t_max, n_padded), bool)
+        round_mask[:, :n] = np.arange(t_max)[:, None] < round_len[None, :]
+    else:
+        round_mask = np.zeros((n_padded, t_max), bool)
+        round_mask[:n] = np.arange(t_max)[None, :] < round_len[:, None]
     return NodeLayout(round_len, slot_len, shape, position, round_mask)
 
 
@@ -198,7 +212,8 @@ def pack_nodes(
         ``pc.list_flatten(pc.list_flatten(col))`` (nulls included), e.g. the vote classes
         of a string column; a slot is valid where the column's own value is non-null.
       layout: the column's :class:`NodeLayout` (:func:`node_layout` of this column with
-        these sizes), when the caller holds it; built here otherwise.
+        these sizes), when the caller holds it; built here otherwise. A trajectory-major
+        layout gives trajectory-major arrays (``[n_padded, T, A]``, ``[n_padded, T]``).
 
     Returns:
       ``values [T, n_padded, A]``, ``node_mask [T, n_padded, A]`` (true where the slot holds a
