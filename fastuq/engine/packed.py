@@ -19,6 +19,7 @@ to the source's.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -70,6 +71,36 @@ def check_pack(pack: str | os.PathLike, *, source: str | os.PathLike | Sequence 
     :class:`~fastuq.errors.PackError` with the reason when it does not match."""
     files = None if source is None else pack_source_files(source)
     return open_pack(pack, source_files=files, verify=verify)
+
+
+class _HashingSink:
+    """A binary file that hashes (SHA-256) and counts what is written to it (for
+    ``pyarrow.PythonFile``: Arrow hands it its buffers, which go to the file and the hash
+    without a copy)."""
+
+    def __init__(self, f) -> None:
+        self.f = f
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+        self.closed = False
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        self.sha256.update(view)
+        self.size += view.nbytes
+        return self.f.write(view)
+
+    def flush(self) -> None:
+        self.f.flush()
+
+    def tell(self) -> int:
+        return self.size
+
+    def writable(self) -> bool:
+        return True
+
+    def close(self) -> None:  # the caller closes the file
+        self.closed = True
 
 
 def _by_trajectory(arr: np.ndarray) -> pa.FixedSizeListArray:
@@ -212,13 +243,15 @@ def pack_corpus(
             yield values_checked(chunk)
 
     def write_chunk(path: Path, table: pa.Table) -> tuple[int, str]:
-        """The writer stage: one uncompressed IPC file, then its size and SHA-256 (read back
-        from the page cache; hashing releases the GIL)."""
+        """The writer stage: one uncompressed IPC file, and its size and SHA-256, hashed as
+        its bytes are written (no second read; hashing releases the GIL)."""
         import pyarrow.ipc as ipc
 
-        with ipc.new_file(str(path), table.schema) as w:
-            w.write_table(table, max_chunksize=max(table.num_rows, 1))
-        return path.stat().st_size, file_sha256(path)
+        with open(path, "wb") as f:
+            sink = _HashingSink(f)
+            with ipc.new_file(pa.PythonFile(sink, mode="w"), table.schema) as w:
+                w.write_table(table, max_chunksize=max(table.num_rows, 1))
+        return sink.size, sink.sha256.hexdigest()
 
     def write(staging: Path) -> dict:
         from concurrent.futures import Future, ThreadPoolExecutor
