@@ -283,3 +283,49 @@ def test_pack_error_in_a_later_chunk_stops_every_stage(tmp_path):
     assert not (tmp_path / "b.fqpack").exists()
     assert not [p for p in tmp_path.iterdir() if p.name != "bad.parquet"]
     assert threading.active_count() == before
+
+
+def test_pack_round_checks_are_not_run_again_where_they_passed(tmp_path, monkeypatch):
+    """The pack records per chunk that its stored agreement and token entropy pass the
+    scoring checks; a float64 run from the pack does not check them again (a run from the
+    Parquet does, once per chunk and input), a float32 run checks the token entropy (a
+    finite float64 may overflow a float32), and a pack without the record (an older one)
+    checks both. The scores are the Parquet's either way."""
+    import fastuq.engine.inputs as inputs
+
+    src = tmp_path / "c.parquet"
+    _topk_corpus(src, drop_entropy=False)
+    pack = tmp_path / "c.fqpack"
+    manifest = pack_corpus(src, pack, chunk_rows=256)
+    assert [c["checked_rounds"] for c in manifest["chunks"]] == \
+        [["agreement", "token_entropy"]] * 3
+    calls: list[bool] = []
+    real = inputs.validate_rounds
+
+    def counting(a, h, mask, ids, *, agreement=True):
+        calls.append(agreement)
+        return real(a, h, mask, ids, agreement=agreement)
+
+    monkeypatch.setattr(inputs, "validate_rounds", counting)
+
+    def run(source, dtype):
+        calls.clear()
+        out = [s["sauce"] for _, s in iter_scores(str(source), dtype=dtype, chunk_rows=256,
+                                                  backend="numpy")]
+        return np.concatenate(out), list(calls)
+
+    ref, checks = run(src, "float64")
+    assert checks == [True, False] * 3  # agreement, then token entropy, in every chunk
+    got, checks = run(pack, "float64")
+    assert checks == []
+    np.testing.assert_array_equal(got, ref)
+    ref32, _ = run(src, "float32")
+    got, checks = run(pack, "float32")
+    assert checks == [False] * 3  # the token entropy only
+    np.testing.assert_array_equal(got, ref32)
+    for c in manifest["chunks"]:
+        del c["checked_rounds"]
+    (pack / "manifest.json").write_text(json.dumps(manifest))
+    got, checks = run(pack, "float64")
+    assert checks == [True, False] * 3
+    np.testing.assert_array_equal(got, ref)

@@ -23,7 +23,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -134,9 +134,10 @@ def _node_arrays(batch: Batch, name: str, layouts: list, **kw) -> tuple[np.ndarr
     return out
 
 
-def _chunk_arrays(batch: Batch, present: set[str]) -> tuple[dict, dict, dict]:
+def _chunk_arrays(batch: Batch, present: set[str]) -> tuple[dict, dict, dict, list]:
     """``({column: [N, ...] trajectory-major array}, {column: its time-major shape [T, N,
-    ...]}, {input: columns it was built from})`` of a chunk."""
+    ...]}, {input: columns it was built from}, [per-round inputs that pass the scoring
+    checks])`` of a chunk."""
     arrays: dict[str, np.ndarray] = {}
     shapes: dict[str, list[int]] = {}
     deps: dict[str, list[str]] = {}
@@ -159,6 +160,7 @@ def _chunk_arrays(batch: Batch, present: set[str]) -> tuple[dict, dict, dict]:
         put(key, values.T)
         put(key + "__mask", mask.T)
         deps[key] = built_from
+    checked = _checked_rounds(batch, arrays)
     layouts: list = []
     for name in NODE_INPUTS:
         if name in present:
@@ -181,7 +183,36 @@ def _chunk_arrays(batch: Batch, present: set[str]) -> tuple[dict, dict, dict]:
         put(key, values)  # -1 off the valid nodes, as Batch.answer_classes
         put(key + "__round_mask", round_mask)
         deps[key] = ["answers"]
-    return arrays, shapes, deps
+    return arrays, shapes, deps, checked
+
+
+def _checked_rounds(batch: Batch, arrays: Mapping[str, np.ndarray]) -> list[str]:
+    """The stored per-round inputs that pass the checks a scoring run makes on them
+    (:func:`~fastuq.engine.inputs.validate_rounds`: every trajectory has a round, agreement
+    finite in [0, 1]; token entropy with the rounds of agreement, finite and >= 0), so that
+    a run that reads them from the pack need not check them again. A chunk that fails
+    records nothing and is checked when read (which raises the scoring run's error)."""
+    from fastuq.engine.inputs import validate_rounds
+    from fastuq.errors import RecordError
+
+    key = f"{PACK_PREFIX}rounds__agreement"
+    if key not in arrays:
+        return []
+    a, mask = batch.rounds("agreement")
+    try:
+        validate_rounds(a, None, mask, batch.labels)
+    except RecordError:
+        return []
+    if f"{PACK_PREFIX}rounds__token_entropy" not in arrays:
+        return ["agreement"]
+    h, mask_h = batch.rounds("token_entropy")
+    if not np.array_equal(mask, mask_h):
+        return ["agreement"]
+    try:
+        validate_rounds(a, h, mask, batch.labels, agreement=False)
+    except RecordError:
+        return ["agreement"]
+    return ["agreement", "token_entropy"]
 
 
 def _topk_slots(table: pa.Table) -> int:
@@ -286,7 +317,7 @@ def pack_corpus(
                 present = _present(table)
                 batch = Batch(table, source=chunk.source, row0=chunk.source_row0,
                               dtype=np.float64, math=math, processes=processes)
-                arrays, shapes, deps = _chunk_arrays(batch, set(present))
+                arrays, shapes, deps, checked = _chunk_arrays(batch, set(present))
                 kept = [c for c in table.column_names if c not in DERIVED_ONLY]
                 derived_only |= {c for c in DERIVED_ONLY if c in table.column_names}
                 out = table.select(kept).combine_chunks()
@@ -305,7 +336,7 @@ def pack_corpus(
                     "row0": chunk.row0, "source": chunk.source,
                     "source_row0": chunk.source_row0, "present": present,
                     "n_slots": batch.n_slots, "topk_slots": _topk_slots(table),
-                    "shapes": shapes, "deps": deps,
+                    "shapes": shapes, "deps": deps, "checked_rounds": checked,
                 }
                 del batch, arrays, table, chunk
                 if written is not None:
@@ -361,6 +392,7 @@ class PackedBatch(Batch):
         kwargs["pack"] = "host"
         super().__init__(table, **kwargs)
         self.packed = packed
+        self._from_pack: set[str] = set()  # the per-round inputs read from the pack
 
     def _present(self, name: str) -> bool:
         if name in self.table.column_names:
@@ -396,7 +428,22 @@ class PackedBatch(Batch):
                 self._present(name) or name != "agreement" or self.math == self.packed.math):
             self._cache[name] = (self.packed.array("rounds", name, dtype=self.dtype),
                                  self.packed.array("rounds", name, "mask"))
+            self._from_pack.add(name)
+            if self._passed(name):  # the scoring checks passed on these arrays when packed
+                self._cache.setdefault("checked", set()).add(name)  # type: ignore[union-attr]
         return super().rounds(name)
+
+    def _passed(self, name: str) -> bool:
+        """Whether the pack recorded that the stored ``name`` (as read now) passes the
+        checks of :mod:`fastuq.engine.inputs`: agreement in [0, 1] stays there in any float
+        dtype; token entropy only in float64 (a finite float64 may overflow a float32), and
+        only beside the stored agreement (its rounds were compared with those)."""
+        if name not in self.packed.checked:
+            return False
+        if name == "agreement":
+            return True
+        return (name == "token_entropy" and self.dtype == np.float64
+                and "agreement" in self._from_pack)
 
     def nodes(self, name: str) -> tuple[np.ndarray, ...]:
         key = f"{PACK_PREFIX}nodes__{name}"
