@@ -329,3 +329,32 @@ def test_pack_round_checks_are_not_run_again_where_they_passed(tmp_path, monkeyp
     got, checks = run(pack, "float64")
     assert checks == [True, False] * 3
     np.testing.assert_array_equal(got, ref)
+
+
+def test_topk_entropies_are_derived_once_per_chunk(tmp_path, monkeypatch):
+    """Packing a top-k corpus without token_entropy builds the token entropy and the node
+    entropy of each chunk from one pass over its top-k log-probabilities (it took two), and
+    scores from the pack still equal those from the Parquet."""
+    import fastuq.signals as signals
+
+    src = tmp_path / "c.parquet"
+    _topk_corpus(src, drop_entropy=True)
+    calls: list[int] = []
+    real = signals.token_entropy_from_topk
+
+    def counting(col, *, ids=None):
+        calls.append(len(col))
+        return real(col, ids=ids)
+
+    monkeypatch.setattr(signals, "token_entropy_from_topk", counting)
+    manifest = pack_corpus(src, tmp_path / "c.fqpack", chunk_rows=256)
+    assert calls == [c["rows"] for c in manifest["chunks"]] == [256, 256, 138]
+    assert {"__fq__rounds__token_entropy", "__fq__nodes__node_entropy"} <= \
+        set(manifest["chunks"][0]["shapes"])
+    calls.clear()
+    ref = _scores(src, "float64", chunk_rows=256)
+    assert calls == [256, 256, 138]
+    got = _scores(tmp_path / "c.fqpack", "float64")
+    assert got.keys() == ref.keys()
+    for k in ref:
+        np.testing.assert_array_equal(got[k], ref[k], err_msg=k)

@@ -158,9 +158,7 @@ class Batch:
                 self._cache[name] = self._agreement_from_answers()
             elif name == "token_entropy" and not self._present("token_entropy"):
                 if self._present("topk_logprobs"):
-                    from fastuq.signals import token_entropy_from_topk
-
-                    col = token_entropy_from_topk(self.column("topk_logprobs"), ids=self.ids)[1]
+                    col = self.topk_entropies()[1]
                     self._cache[name] = pack_lists(col, dtype=self.dtype)
                 elif self.observation_noise is not None:
                     _, mask = self.rounds("agreement")
@@ -264,10 +262,20 @@ class Batch:
         or for ``node_entropy`` without such a column, the node entropies derived from
         ``topk_logprobs``."""
         if name == "node_entropy" and not self._present("node_entropy"):
+            return self.topk_entropies()[0]
+        return self.column(name)
+
+    def topk_entropies(self) -> tuple[pa.Array, pa.Array]:
+        """``(node, round)`` mean token entropies derived from ``topk_logprobs``
+        (:func:`fastuq.signals.token_entropy_from_topk`, trajectory ids in its messages),
+        computed once per chunk: the token entropy (:meth:`rounds`) and the node entropy
+        (:meth:`nodes`) come from the same pass over the top-k log-probabilities."""
+        if "topk_entropies" not in self._cache:
             from fastuq.signals import token_entropy_from_topk
 
-            return token_entropy_from_topk(self.column("topk_logprobs"))[0]
-        return self.column(name)
+            self._cache["topk_entropies"] = token_entropy_from_topk(
+                self.column("topk_logprobs"), ids=self.ids)
+        return self._cache["topk_entropies"]
 
     def node_layout(self, col: pa.Array) -> NodeLayout:
         """The :class:`~fastuq.io.pack.NodeLayout` of a node column of this chunk packed to
