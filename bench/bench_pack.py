@@ -246,8 +246,9 @@ def render(r: dict[str, Any]) -> str:
         note = (f"{r['pack_bytes'] / 2**20:.0f} MiB on disk, "
                 f"{r['pack_bytes'] / r['source_bytes']:.2f}x the Parquet's "
                 f"{r['source_bytes'] / 2**20:.0f} MiB" if name == "this" else "")
-        note += (f"; {m(runs, 'wall_s') / m(sp, 'wall_s'):.2f}x one score's wall, "
-                 f"{cpu(runs) / cpu(sp):.2f}x its CPU")
+        note += ("; " if note else "") + (
+            f"{m(runs, 'wall_s') / m(sp, 'wall_s'):.2f}x one score's wall, "
+            f"{cpu(runs) / cpu(sp):.2f}x its CPU")
         rows.append((label, f"{m(runs, 'wall_s'):.2f} / {cpu(runs):.2f}",
                      f"{m(runs, 'peak_rss') / GIB:.2f}", note))
     rows += [
