@@ -341,6 +341,8 @@ PUBLIC = {
     "fastuq.io.packfile": {
         "MANIFEST", "PACK_PREFIX", "PACK_SCHEMA_VERSION", "PackedArrays", "PackedChunk",
         "file_sha256", "is_pack", "open_pack", "pack_chunks", "read_chunk_table"},
+    "fastuq.io.pack": {"NodeLayout", "node_layout", "pack_lists", "pack_nodes", "pack_offsets",
+                       "pack_ragged", "ragged_to_flat"},
     # the capability subpackages (added with them)
     "fastuq.decisions": {
         "POLICIES", "Gate", "GateCalibration", "Outcomes", "Policy", "ReplayResult",

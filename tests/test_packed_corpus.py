@@ -215,3 +215,146 @@ def test_cli_score_options_from_pack_equal_parquet(tmp_path, options):
     assert _cli("score", pack, "-o", b, *options) == 0
     ta, tb = pq.read_table(a), pq.read_table(b)
     assert ta.num_rows == 2000 and ta.equals(tb)
+
+
+def test_pack_manifest_hashes_are_those_of_the_files(tmp_path):
+    """The chunk files are hashed as they are written: each chunk's size and SHA-256 in the
+    manifest are those of its file's bytes, read back here with hashlib; the source's too."""
+    import hashlib
+
+    src = tmp_path / "c.parquet"
+    _topk_corpus(src, drop_entropy=False)
+    manifest = pack_corpus(src, tmp_path / "c.fqpack", chunk_rows=200)
+    assert len(manifest["chunks"]) == 4
+    for entry in manifest["chunks"]:
+        data = (tmp_path / "c.fqpack" / entry["file"]).read_bytes()
+        assert entry["bytes"] == len(data)
+        assert entry["sha256"] == hashlib.sha256(data).hexdigest()
+    assert manifest["sources"] == [{"path": str(src), "bytes": src.stat().st_size,
+                                    "sha256": hashlib.sha256(src.read_bytes()).hexdigest()}]
+
+
+def test_pack_stores_the_node_arrays_of_the_lists(tmp_path):
+    """A stored node array, read back time-major, is the corpus's lists placed slot by slot
+    (a plain loop over the Python lists here), NaN and mask false elsewhere; the answer
+    classes are -1 off the answered slots."""
+    src = tmp_path / "c.parquet"
+    _topk_corpus(src, drop_entropy=False)
+    pack_corpus(src, tmp_path / "c.fqpack", chunk_rows=256)
+    from fastuq.io.packfile import pack_chunks
+
+    for chunk in pack_chunks(tmp_path / "c.fqpack"):
+        rows = chunk.table.column("seq_logprob").to_pylist()
+        answers = chunk.table.column("answers").to_pylist()
+        values = chunk.arrays.array("nodes", "seq_logprob")
+        mask = chunk.arrays.array("nodes", "seq_logprob", "node_mask")
+        classes = chunk.arrays.array("classes", "answers")
+        t_max, n, a = values.shape
+        assert a == chunk.arrays.n_slots and n == len(rows)
+        expect = np.full((t_max, n, a), np.nan)
+        answered = np.zeros((t_max, n, a), bool)
+        for k, traj in enumerate(rows):
+            for t, rnd in enumerate(traj or []):
+                for j, v in enumerate(rnd):
+                    if v is not None:
+                        expect[t, k, j] = v
+                    answered[t, k, j] = bool(answers[k][t][j]) if answers[k] else False
+        np.testing.assert_array_equal(values, expect)
+        np.testing.assert_array_equal(mask, ~np.isnan(expect))
+        assert ((classes >= 0) <= answered).all() and (classes[~answered] == -1).all()
+
+
+def test_pack_error_in_a_later_chunk_stops_every_stage(tmp_path):
+    """A bad record in the fourth chunk (read on the reader thread while earlier chunks are
+    built and written) raises with its record and field, writes nothing and leaves no
+    thread of the pack running."""
+    import threading
+
+    table = pq.read_table(sample_corpus_path()).slice(0, 80)
+    agreement = table["agreement"].to_pylist()
+    agreement[70] = [1.5] * len(agreement[70])
+    table = table.set_column(table.column_names.index("agreement"), "agreement",
+                             pa.array(agreement, table.schema.field("agreement").type))
+    src = tmp_path / "bad.parquet"
+    pq.write_table(table, src)
+    before = threading.active_count()
+    with pytest.raises(ValueError, match=r"row 70.*agreement"):
+        pack_corpus(src, tmp_path / "b.fqpack", chunk_rows=16)
+    assert not (tmp_path / "b.fqpack").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name != "bad.parquet"]
+    assert threading.active_count() == before
+
+
+def test_pack_round_checks_are_not_run_again_where_they_passed(tmp_path, monkeypatch):
+    """The pack records per chunk that its stored agreement and token entropy pass the
+    scoring checks; a float64 run from the pack does not check them again (a run from the
+    Parquet does, once per chunk and input), a float32 run checks the token entropy (a
+    finite float64 may overflow a float32), and a pack without the record (an older one)
+    checks both. The scores are the Parquet's either way."""
+    import fastuq.engine.inputs as inputs
+
+    src = tmp_path / "c.parquet"
+    _topk_corpus(src, drop_entropy=False)
+    pack = tmp_path / "c.fqpack"
+    manifest = pack_corpus(src, pack, chunk_rows=256)
+    assert [c["checked_rounds"] for c in manifest["chunks"]] == \
+        [["agreement", "token_entropy"]] * 3
+    calls: list[bool] = []
+    real = inputs.validate_rounds
+
+    def counting(a, h, mask, ids, *, agreement=True):
+        calls.append(agreement)
+        return real(a, h, mask, ids, agreement=agreement)
+
+    monkeypatch.setattr(inputs, "validate_rounds", counting)
+
+    def run(source, dtype):
+        calls.clear()
+        out = [s["sauce"] for _, s in iter_scores(str(source), dtype=dtype, chunk_rows=256,
+                                                  backend="numpy")]
+        return np.concatenate(out), list(calls)
+
+    ref, checks = run(src, "float64")
+    assert checks == [True, False] * 3  # agreement, then token entropy, in every chunk
+    got, checks = run(pack, "float64")
+    assert checks == []
+    np.testing.assert_array_equal(got, ref)
+    ref32, _ = run(src, "float32")
+    got, checks = run(pack, "float32")
+    assert checks == [False] * 3  # the token entropy only
+    np.testing.assert_array_equal(got, ref32)
+    for c in manifest["chunks"]:
+        del c["checked_rounds"]
+    (pack / "manifest.json").write_text(json.dumps(manifest))
+    got, checks = run(pack, "float64")
+    assert checks == [True, False] * 3
+    np.testing.assert_array_equal(got, ref)
+
+
+def test_topk_entropies_are_derived_once_per_chunk(tmp_path, monkeypatch):
+    """Packing a top-k corpus without token_entropy builds the token entropy and the node
+    entropy of each chunk from one pass over its top-k log-probabilities (it took two), and
+    scores from the pack still equal those from the Parquet."""
+    import fastuq.signals as signals
+
+    src = tmp_path / "c.parquet"
+    _topk_corpus(src, drop_entropy=True)
+    calls: list[int] = []
+    real = signals.token_entropy_from_topk
+
+    def counting(col, *, ids=None):
+        calls.append(len(col))
+        return real(col, ids=ids)
+
+    monkeypatch.setattr(signals, "token_entropy_from_topk", counting)
+    manifest = pack_corpus(src, tmp_path / "c.fqpack", chunk_rows=256)
+    assert calls == [c["rows"] for c in manifest["chunks"]] == [256, 256, 138]
+    assert {"__fq__rounds__token_entropy", "__fq__nodes__node_entropy"} <= \
+        set(manifest["chunks"][0]["shapes"])
+    calls.clear()
+    ref = _scores(src, "float64", chunk_rows=256)
+    assert calls == [256, 256, 138]
+    got = _scores(tmp_path / "c.fqpack", "float64")
+    assert got.keys() == ref.keys()
+    for k in ref:
+        np.testing.assert_array_equal(got[k], ref[k], err_msg=k)

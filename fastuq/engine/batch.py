@@ -11,7 +11,7 @@ import pyarrow as pa
 from fastuq.engine.device_pack import resolve_pack
 from fastuq.errors import RecordError
 from fastuq.io.arrow_lists import combined
-from fastuq.io.pack import pack_lists, pack_nodes
+from fastuq.io.pack import NodeLayout, node_layout, pack_lists, pack_nodes
 
 __all__ = ["Batch"]
 
@@ -158,9 +158,7 @@ class Batch:
                 self._cache[name] = self._agreement_from_answers()
             elif name == "token_entropy" and not self._present("token_entropy"):
                 if self._present("topk_logprobs"):
-                    from fastuq.signals import token_entropy_from_topk
-
-                    col = token_entropy_from_topk(self.column("topk_logprobs"), ids=self.ids)[1]
+                    col = self.topk_entropies()[1]
                     self._cache[name] = pack_lists(col, dtype=self.dtype)
                 elif self.observation_noise is not None:
                     _, mask = self.rounds("agreement")
@@ -220,10 +218,10 @@ class Batch:
         those of :meth:`vote_classes`, the same the agreement counts."""
         if "answer_classes" not in self._cache:
             answers, classes = self.vote_classes()
-            values, node_mask, round_mask = pack_nodes(
-                answers, dtype=np.int32, n_agents=self.n_slots, fill=-1,
-                leaf_values=classes.astype(np.int32))
-            self._cache["answer_classes"] = (np.where(node_mask, values, -1), round_mask)
+            values, _, round_mask = pack_nodes(
+                answers, dtype=np.int32, fill=-1, leaf_values=classes.astype(np.int32),
+                layout=self.node_layout(answers))
+            self._cache["answer_classes"] = (values, round_mask)  # -1 off the valid nodes
         return self._cache["answer_classes"]
 
     def active(self) -> np.ndarray:
@@ -251,17 +249,43 @@ class Batch:
         the corpus has no such column."""
         key = f"nodes:{name}"
         if key not in self._cache:
-            if name == "node_entropy" and not self._present("node_entropy"):
-                from fastuq.signals import token_entropy_from_topk
-
-                col = token_entropy_from_topk(self.column("topk_logprobs"))[0]
-            else:
-                col = self.column(name)
+            col = self.node_column(name)
             try:
-                self._cache[key] = pack_nodes(col, dtype=self.dtype, n_agents=self.n_slots)
+                self._cache[key] = pack_nodes(col, dtype=self.dtype,
+                                              layout=self.node_layout(col))
             except ValueError as exc:
                 raise ValueError(f"{self.source or 'corpus'}: {name}: {exc}") from None
         return self._cache[key]
+
+    def node_column(self, name: str) -> pa.Array:
+        """The ``list<list<...>>`` Arrow column behind :meth:`nodes` of ``name``: the column,
+        or for ``node_entropy`` without such a column, the node entropies derived from
+        ``topk_logprobs``."""
+        if name == "node_entropy" and not self._present("node_entropy"):
+            return self.topk_entropies()[0]
+        return self.column(name)
+
+    def topk_entropies(self) -> tuple[pa.Array, pa.Array]:
+        """``(node, round)`` mean token entropies derived from ``topk_logprobs``
+        (:func:`fastuq.signals.token_entropy_from_topk`, trajectory ids in its messages),
+        computed once per chunk: the token entropy (:meth:`rounds`) and the node entropy
+        (:meth:`nodes`) come from the same pass over the top-k log-probabilities."""
+        if "topk_entropies" not in self._cache:
+            from fastuq.signals import token_entropy_from_topk
+
+            self._cache["topk_entropies"] = token_entropy_from_topk(
+                self.column("topk_logprobs"), ids=self.ids)
+        return self._cache["topk_entropies"]
+
+    def node_layout(self, col: pa.Array) -> NodeLayout:
+        """The :class:`~fastuq.io.pack.NodeLayout` of a node column of this chunk packed to
+        :attr:`n_slots` agents: shared by every node column with the same lists (built once
+        per chunk for ``seq_logprob``, ``n_tokens``, ``answers``, ...)."""
+        known: list[NodeLayout] = self._cache.setdefault("node_layouts", [])  # type: ignore
+        layout = node_layout(col, n_agents=self.n_slots, known=known)
+        if not any(k is layout for k in known):
+            known.append(layout)
+        return layout
 
     def team_sizes(self, node_column: str = "seq_logprob") -> np.ndarray:
         """``[N]`` int64 team size of every trajectory: its ``n_agents``, or where that is

@@ -19,10 +19,11 @@ to the source's.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -72,10 +73,40 @@ def check_pack(pack: str | os.PathLike, *, source: str | os.PathLike | Sequence 
     return open_pack(pack, source_files=files, verify=verify)
 
 
+class _HashingSink:
+    """A binary file that hashes (SHA-256) and counts what is written to it (for
+    ``pyarrow.PythonFile``: Arrow hands it its buffers, which go to the file and the hash
+    without a copy)."""
+
+    def __init__(self, f) -> None:
+        self.f = f
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+        self.closed = False
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        self.sha256.update(view)
+        self.size += view.nbytes
+        return self.f.write(view)
+
+    def flush(self) -> None:
+        self.f.flush()
+
+    def tell(self) -> int:
+        return self.size
+
+    def writable(self) -> bool:
+        return True
+
+    def close(self) -> None:  # the caller closes the file
+        self.closed = True
+
+
 def _by_trajectory(arr: np.ndarray) -> pa.FixedSizeListArray:
-    """``[T, N, ...]`` to ``[N]`` fixed-size lists of ``T * ...`` values (trajectory-major)."""
-    n = arr.shape[1]
-    flat = np.ascontiguousarray(np.moveaxis(arr, 0, 1)).reshape(n, -1)
+    """A trajectory-major ``[N, ...]`` array to ``[N]`` fixed-size lists of its ``...``
+    values (no copy of a C-contiguous float or int array)."""
+    flat = np.ascontiguousarray(arr).reshape(arr.shape[0], -1)
     return pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1])
 
 
@@ -84,10 +115,37 @@ def _present(table: pa.Table) -> list[str]:
     return [c for c in table.column_names if table.column(c).null_count < n]
 
 
-def _chunk_arrays(batch: Batch, present: set[str]) -> tuple[dict, dict]:
-    """``({column: [T, N, ...] array}, {input: columns it was built from})`` of a chunk."""
+def _node_arrays(batch: Batch, name: str, layouts: list, **kw) -> tuple[np.ndarray, ...]:
+    """The node column ``name`` (or, with ``leaf_values``, ``answers``) packed
+    trajectory-major, ``([N, T, A], node_mask [N, T, A], round_mask [N, T])``: the arrays
+    of :meth:`Batch.nodes` (:meth:`Batch.answer_classes`) with their first two axes
+    swapped, placed directly where the pack stores them (the same slots, the same
+    values: packing only moves values)."""
+    from fastuq.io.pack import node_layout, pack_nodes
+
+    col = batch.column("answers") if name == "answers" else batch.node_column(name)
+    try:
+        layout = node_layout(col, n_agents=batch.n_slots, order="trajectory", known=layouts)
+        out = pack_nodes(col, layout=layout, **kw)
+    except ValueError as exc:
+        raise ValueError(f"{batch.source or 'corpus'}: {name}: {exc}") from None
+    if not any(k is layout for k in layouts):
+        layouts.append(layout)
+    return out
+
+
+def _chunk_arrays(batch: Batch, present: set[str]) -> tuple[dict, dict, dict, list]:
+    """``({column: [N, ...] trajectory-major array}, {column: its time-major shape [T, N,
+    ...]}, {input: columns it was built from}, [per-round inputs that pass the scoring
+    checks])`` of a chunk."""
     arrays: dict[str, np.ndarray] = {}
+    shapes: dict[str, list[int]] = {}
     deps: dict[str, list[str]] = {}
+
+    def put(key: str, by_traj: np.ndarray) -> None:
+        arrays[key] = by_traj
+        shapes[key] = [by_traj.shape[1], by_traj.shape[0], *by_traj.shape[2:]]
+
     for name in ROUND_INPUTS:
         if name in present:
             built_from = [name]
@@ -99,8 +157,11 @@ def _chunk_arrays(batch: Batch, present: set[str]) -> tuple[dict, dict]:
             continue
         values, mask = batch.rounds(name)
         key = f"{PACK_PREFIX}rounds__{name}"
-        arrays[key], arrays[key + "__mask"] = values, mask
+        put(key, values.T)
+        put(key + "__mask", mask.T)
         deps[key] = built_from
+    checked = _checked_rounds(batch, arrays)
+    layouts: list = []
     for name in NODE_INPUTS:
         if name in present:
             built_from = [name]
@@ -108,17 +169,50 @@ def _chunk_arrays(batch: Batch, present: set[str]) -> tuple[dict, dict]:
             built_from = ["topk_logprobs"]
         else:
             continue
-        values, node_mask, round_mask = batch.nodes(name)
+        values, node_mask, round_mask = _node_arrays(batch, name, layouts, dtype=np.float64)
         key = f"{PACK_PREFIX}nodes__{name}"
-        arrays[key], arrays[key + "__node_mask"] = values, node_mask
-        arrays[key + "__round_mask"] = round_mask
+        put(key, values)
+        put(key + "__node_mask", node_mask)
+        put(key + "__round_mask", round_mask)
         deps[key] = built_from
     if "answers" in present:
-        classes, round_mask = batch.answer_classes()
+        _, classes = batch.vote_classes()
+        values, _, round_mask = _node_arrays(batch, "answers", layouts, dtype=np.int32,
+                                             fill=-1, leaf_values=classes.astype(np.int32))
         key = f"{PACK_PREFIX}classes__answers"
-        arrays[key], arrays[key + "__round_mask"] = classes, round_mask
+        put(key, values)  # -1 off the valid nodes, as Batch.answer_classes
+        put(key + "__round_mask", round_mask)
         deps[key] = ["answers"]
-    return arrays, deps
+    return arrays, shapes, deps, checked
+
+
+def _checked_rounds(batch: Batch, arrays: Mapping[str, np.ndarray]) -> list[str]:
+    """The stored per-round inputs that pass the checks a scoring run makes on them
+    (:func:`~fastuq.engine.inputs.validate_rounds`: every trajectory has a round, agreement
+    finite in [0, 1]; token entropy with the rounds of agreement, finite and >= 0), so that
+    a run that reads them from the pack need not check them again. A chunk that fails
+    records nothing and is checked when read (which raises the scoring run's error)."""
+    from fastuq.engine.inputs import validate_rounds
+    from fastuq.errors import RecordError
+
+    key = f"{PACK_PREFIX}rounds__agreement"
+    if key not in arrays:
+        return []
+    a, mask = batch.rounds("agreement")
+    try:
+        validate_rounds(a, None, mask, batch.labels)
+    except RecordError:
+        return []
+    if f"{PACK_PREFIX}rounds__token_entropy" not in arrays:
+        return ["agreement"]
+    h, mask_h = batch.rounds("token_entropy")
+    if not np.array_equal(mask, mask_h):
+        return ["agreement"]
+    try:
+        validate_rounds(a, h, mask, batch.labels, agreement=False)
+    except RecordError:
+        return ["agreement"]
+    return ["agreement", "token_entropy"]
 
 
 def _topk_slots(table: pa.Table) -> int:
@@ -174,16 +268,42 @@ def pack_corpus(
     files = pack_source_files(source)
     start = time.perf_counter()
 
-    def write(staging: Path) -> dict:
-        import pyarrow.compute as pc
+    def checked_chunks():
+        """The reader stage: read, decode, conform, validate and check every value."""
+        for chunk in iter_chunks(source, chunk_rows=chunk_rows):
+            yield values_checked(chunk)
+
+    def write_chunk(path: Path, table: pa.Table) -> tuple[int, str]:
+        """The writer stage: one uncompressed IPC file, and its size and SHA-256, hashed as
+        its bytes are written (no second read; hashing releases the GIL)."""
         import pyarrow.ipc as ipc
+
+        with open(path, "wb") as f:
+            sink = _HashingSink(f)
+            with ipc.new_file(pa.PythonFile(sink, mode="w"), table.schema) as w:
+                w.write_table(table, max_chunksize=max(table.num_rows, 1))
+        return sink.size, sink.sha256.hexdigest()
+
+    def write(staging: Path) -> dict:
+        from concurrent.futures import Future, ThreadPoolExecutor
+
+        import pyarrow.compute as pc
 
         chunks, protocols, rounds, slots = [], set(), set(), set()
         derived_only: set[str] = set()
         seen = SeenIds()
+        # Three stages overlap (two cores): the reader reads and checks chunk k + 1 and the
+        # writer writes and hashes chunk k - 1 while chunk k's inputs are built here; the
+        # source files are hashed beside them. At most one chunk waits at each stage.
+        pool = ThreadPoolExecutor(3, thread_name_prefix="fastuq-pack")
+        reader = checked_chunks()
+        source_hashes = pool.submit(lambda: [file_sha256(f) for f in files])
+        pending: Future = pool.submit(next, reader, None)
+        written: Future | None = None
         try:
-            for k, chunk in enumerate(iter_chunks(source, chunk_rows=chunk_rows)):
-                chunk = values_checked(chunk)
+            k = 0
+            while (chunk := pending.result()) is not None:
+                pending = pool.submit(next, reader, None)
                 table = chunk.table
                 ids = combined(table.column("trajectory_id"))
                 repeat, first = seen.repeats(ids)
@@ -197,32 +317,47 @@ def pack_corpus(
                 present = _present(table)
                 batch = Batch(table, source=chunk.source, row0=chunk.source_row0,
                               dtype=np.float64, math=math, processes=processes)
-                arrays, deps = _chunk_arrays(batch, set(present))
+                arrays, shapes, deps, checked = _chunk_arrays(batch, set(present))
                 kept = [c for c in table.column_names if c not in DERIVED_ONLY]
                 derived_only |= {c for c in DERIVED_ONLY if c in table.column_names}
                 out = table.select(kept).combine_chunks()
                 for col, arr in arrays.items():
                     out = out.append_column(col, _by_trajectory(arr))
                 name = f"chunk-{k:05d}.arrow"
-                with ipc.new_file(str(staging / name), out.schema) as w:
-                    w.write_table(out, max_chunksize=max(out.num_rows, 1))
                 if "protocol" in table.column_names:
                     protocols |= {p for p in pc.unique(table.column("protocol").combine_chunks()
                                                        .cast(pa.string())).to_pylist()
                                   if p is not None}
-                t_max = max((a.shape[0] for a in arrays.values()), default=0)
+                t_max = max((shape[0] for shape in shapes.values()), default=0)
                 rounds.add(t_max)
                 slots.add(batch.n_slots)
-                chunks.append({
-                    "file": name, "rows": table.num_rows,
-                    "bytes": (staging / name).stat().st_size,
-                    "sha256": file_sha256(staging / name),
+                entry = {
+                    "file": name, "rows": table.num_rows, "bytes": None, "sha256": None,
                     "row0": chunk.row0, "source": chunk.source,
                     "source_row0": chunk.source_row0, "present": present,
                     "n_slots": batch.n_slots, "topk_slots": _topk_slots(table),
-                    "shapes": {c: list(a.shape) for c, a in arrays.items()}, "deps": deps,
-                })
+                    "shapes": shapes, "deps": deps, "checked_rounds": checked,
+                }
+                del batch, arrays, table, chunk
+                if written is not None:
+                    chunks[-1]["bytes"], chunks[-1]["sha256"] = written.result()
+                chunks.append(entry)
+                written = pool.submit(write_chunk, staging / name, out)
+                del out
+                k += 1
+            if written is not None:
+                chunks[-1]["bytes"], chunks[-1]["sha256"] = written.result()
+            hashes = source_hashes.result()
         finally:
+            for f in (pending, written):
+                if f is not None:
+                    f.cancel()
+                    try:
+                        f.result()
+                    except BaseException:  # noqa: BLE001 - the first error is raised
+                        pass
+            reader.close()
+            pool.shutdown(wait=True, cancel_futures=True)
             seen.close()
         source_bytes = sum(f.stat().st_size for f in files)
         pack_bytes = sum(c["bytes"] for c in chunks)
@@ -230,8 +365,8 @@ def pack_corpus(
             "format": "fastuq-pack", "schema_version": PACK_SCHEMA_VERSION,
             "fastuq_version": version, "rows": sum(c["rows"] for c in chunks),
             "chunk_rows": chunk_rows, "math": bool(math), "checks": list(CHECKS),
-            "sources": [{"path": str(f), "bytes": f.stat().st_size,
-                         "sha256": file_sha256(f)} for f in files],
+            "sources": [{"path": str(f), "bytes": f.stat().st_size, "sha256": h}
+                        for f, h in zip(files, hashes, strict=True)],
             "source_bytes": source_bytes, "pack_bytes": pack_bytes,
             "protocols": sorted(protocols),
             "buckets": {"rounds": sorted(rounds), "agent_slots": sorted(slots)},
@@ -257,6 +392,7 @@ class PackedBatch(Batch):
         kwargs["pack"] = "host"
         super().__init__(table, **kwargs)
         self.packed = packed
+        self._from_pack: set[str] = set()  # the per-round inputs read from the pack
 
     def _present(self, name: str) -> bool:
         if name in self.table.column_names:
@@ -292,7 +428,22 @@ class PackedBatch(Batch):
                 self._present(name) or name != "agreement" or self.math == self.packed.math):
             self._cache[name] = (self.packed.array("rounds", name, dtype=self.dtype),
                                  self.packed.array("rounds", name, "mask"))
+            self._from_pack.add(name)
+            if self._passed(name):  # the scoring checks passed on these arrays when packed
+                self._cache.setdefault("checked", set()).add(name)  # type: ignore[union-attr]
         return super().rounds(name)
+
+    def _passed(self, name: str) -> bool:
+        """Whether the pack recorded that the stored ``name`` (as read now) passes the
+        checks of :mod:`fastuq.engine.inputs`: agreement in [0, 1] stays there in any float
+        dtype; token entropy only in float64 (a finite float64 may overflow a float32), and
+        only beside the stored agreement (its rounds were compared with those)."""
+        if name not in self.packed.checked:
+            return False
+        if name == "agreement":
+            return True
+        return (name == "token_entropy" and self.dtype == np.float64
+                and "agreement" in self._from_pack)
 
     def nodes(self, name: str) -> tuple[np.ndarray, ...]:
         key = f"{PACK_PREFIX}nodes__{name}"

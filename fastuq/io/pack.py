@@ -6,15 +6,17 @@ Built from list offsets with whole-array gathers, never a per-record Python loop
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import chain
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fastuq.io.arrow_lists import combined, list_lengths, offsets, parents, ramp
+from fastuq.io.arrow_lists import combined, list_lengths, offsets, starts
 
-__all__ = ["pack_lists", "pack_nodes", "pack_offsets", "pack_ragged", "ragged_to_flat"]
+__all__ = ["NodeLayout", "node_layout", "pack_lists", "pack_nodes", "pack_offsets",
+           "pack_ragged", "ragged_to_flat"]
 
 
 def pack_offsets(
@@ -96,6 +98,97 @@ def pack_lists(
     return pack_offsets(values, offsets(lengths), dtype=dtype, t_max=t_max, n_padded=n_padded)
 
 
+@dataclass(frozen=True)
+class NodeLayout:
+    """Where every slot of a node column lands in its padded ``[T, N, A]`` arrays.
+
+    ``round_len [N]``: executed rounds per trajectory; ``slot_len [R]``: slots per executed
+    round (``R = round_len.sum()``); ``shape``: ``(T, n_padded, A)``; ``position [S]``
+    (int64): the flat index into a C-ordered array of ``shape`` of every slot of
+    ``pc.list_flatten(pc.list_flatten(col))`` (``S = slot_len.sum()``); ``round_mask
+    [T, n_padded]`` (``shape`` and ``round_mask`` trajectory-major, ``[n_padded, T, A]``
+    and ``[n_padded, T]``, for a layout of ``order="trajectory"``). Columns with the same
+    lists (``seq_logprob``, ``n_tokens`` and ``answers`` of one chunk, typically) share one
+    layout (:func:`node_layout`'s ``known``).
+    """
+
+    round_len: np.ndarray
+    slot_len: np.ndarray
+    shape: tuple[int, int, int]
+    position: np.ndarray
+    round_mask: np.ndarray
+
+    def fits(self, round_len: np.ndarray, slot_len: np.ndarray,
+             shape: tuple[int, int, int]) -> bool:
+        """Whether a column with these list lengths, packed to ``shape``, has this layout."""
+        return (shape == self.shape and np.array_equal(round_len, self.round_len)
+                and np.array_equal(slot_len, self.slot_len))
+
+
+def node_layout(
+    col: pa.Array,
+    *,
+    t_max: int | None = None,
+    n_agents: int | None = None,
+    n_padded: int | None = None,
+    known: Sequence[NodeLayout] = (),
+    order: str = "time",
+) -> NodeLayout:
+    """The :class:`NodeLayout` of a ``list<list<...>>`` node column (sizes as
+    :func:`pack_nodes`); one of ``known`` when it fits (no new index is built then).
+
+    ``order="time"`` (default): the arrays are time-major ``[T, n_padded, A]``, slot ``k``
+    of round ``t`` of trajectory ``n`` at ``(t * n_padded + n) * A + k``.
+    ``order="trajectory"``: trajectory-major ``[n_padded, T, A]`` (the layout of the Arrow
+    lists, and of a pack's stored arrays), at ``(n * T + t) * A + k``; ``round_mask`` is
+    then ``[n_padded, T]``. With ``row_base[r]`` of every executed round (one ``np.repeat``
+    over the trajectories), ``position = arange(S) + repeat(row_base, slot_len)``: two
+    repeats and two aranges, no per-slot 3-index arithmetic.
+
+    Raises:
+      ValueError: ``t_max`` or ``n_agents`` smaller than the column needs, or an unknown
+        ``order``.
+    """
+    if order not in ("time", "trajectory"):
+        raise ValueError(f"order must be 'time' or 'trajectory', got {order!r}")
+    col = combined(col)
+    n = len(col)
+    round_len, _ = list_lengths(col)
+    rows = pc.list_flatten(col)  # one entry per executed (trajectory, round)
+    slot_len, _ = list_lengths(rows)
+    longest_t = int(round_len.max()) if n else 0
+    longest_a = int(slot_len.max()) if len(slot_len) else 0
+    t_max = longest_t if t_max is None else int(t_max)
+    n_agents = longest_a if n_agents is None else int(n_agents)
+    n_padded = n if n_padded is None else int(n_padded)
+    if t_max < longest_t or n_agents < longest_a:
+        raise ValueError(
+            f"node column needs at least {longest_t} rounds x {longest_a} agents, "
+            f"got {t_max} x {n_agents}"
+        )
+    time_major = order == "time"
+    shape = (t_max, n_padded, n_agents) if time_major else (n_padded, t_max, n_agents)
+    for layout in known:
+        if layout.fits(round_len, slot_len, shape):
+            return layout
+    # round r = t-th of trajectory n starts at t * step_t + n * step_n, t = r - traj_start[n]
+    step_t = n_padded * n_agents if time_major else n_agents
+    step_n = n_agents if time_major else t_max * n_agents
+    traj = np.arange(n, dtype=np.int64) * step_n - starts(round_len) * step_t
+    row_base = np.arange(len(slot_len), dtype=np.int64) * step_t
+    row_base += np.repeat(traj, round_len)
+    row_base -= starts(slot_len)  # slot e of round r is its (e - start of r)-th slot
+    position = np.repeat(row_base, slot_len)
+    position += np.arange(position.size, dtype=np.int64)
+    if time_major:
+        round_mask = np.zeros((t_max, n_padded), bool)
+        round_mask[:, :n] = np.arange(t_max)[:, None] < round_len[None, :]
+    else:
+        round_mask = np.zeros((n_padded, t_max), bool)
+        round_mask[:n] = np.arange(t_max)[None, :] < round_len[:, None]
+    return NodeLayout(round_len, slot_len, shape, position, round_mask)
+
+
 def pack_nodes(
     col: pa.Array,
     *,
@@ -105,6 +198,7 @@ def pack_nodes(
     n_padded: int | None = None,
     fill: float = np.nan,
     leaf_values: np.ndarray | None = None,
+    layout: NodeLayout | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """An Arrow ``list<list<number>>`` node column (``[round][agent]`` per trajectory) to
     padded time-major arrays.
@@ -117,45 +211,35 @@ def pack_nodes(
       leaf_values: ``[S]`` values to pack instead of the column's own, one per slot of
         ``pc.list_flatten(pc.list_flatten(col))`` (nulls included), e.g. the vote classes
         of a string column; a slot is valid where the column's own value is non-null.
+      layout: the column's :class:`NodeLayout` (:func:`node_layout` of this column with
+        these sizes), when the caller holds it; built here otherwise. A trajectory-major
+        layout gives trajectory-major arrays (``[n_padded, T, A]``, ``[n_padded, T]``).
 
     Returns:
       ``values [T, n_padded, A]``, ``node_mask [T, n_padded, A]`` (true where the slot holds a
       value) and ``round_mask [T, n_padded]`` (true where the round executed).
     """
     col = combined(col)
-    n = len(col)
-    round_len, _ = list_lengths(col)
-    rows = pc.list_flatten(col)  # one entry per executed (trajectory, round)
-    slot_len, _ = list_lengths(rows)
-    flat = pc.list_flatten(rows)
-    longest_t = int(round_len.max()) if n else 0
-    longest_a = int(slot_len.max()) if len(slot_len) else 0
-    t_max = longest_t if t_max is None else int(t_max)
-    n_agents = longest_a if n_agents is None else int(n_agents)
-    n_padded = n if n_padded is None else int(n_padded)
-    if t_max < longest_t or n_agents < longest_a:
-        raise ValueError(
-            f"node column needs at least {longest_t} rounds x {longest_a} agents, "
-            f"got {t_max} x {n_agents}"
-        )
-    values = np.full((t_max, n_padded, n_agents), fill, dtype)
-    node_mask = np.zeros((t_max, n_padded, n_agents), bool)
-    round_mask = np.zeros((t_max, n_padded), bool)
-    round_mask[:, :n] = np.arange(t_max)[:, None] < round_len[None, :]
-    # Row r is round t_r of trajectory n_r; element e is slot k_e of row r_e.
-    n_r = parents(round_len)
-    t_r = ramp(round_len, parent=n_r)
-    r_e = parents(slot_len)
-    k_e = ramp(slot_len, parent=r_e)
-    valid = flat.is_valid().to_numpy(zero_copy_only=False)
-    t_e, n_e, k_e = t_r[r_e][valid], n_r[r_e][valid], k_e[valid]
+    if layout is None:
+        layout = node_layout(col, t_max=t_max, n_agents=n_agents, n_padded=n_padded)
+    flat = pc.list_flatten(pc.list_flatten(col))
+    if len(flat) != layout.position.size:
+        raise ValueError(f"layout has {layout.position.size} slots, the column {len(flat)}")
+    position = layout.position
+    valid = None
+    if flat.null_count:
+        valid = flat.is_valid().to_numpy(zero_copy_only=False)
+        position = position[valid]
+    values = np.full(layout.shape, fill, dtype)
+    node_mask = np.zeros(layout.shape, bool)
     if leaf_values is None:
-        values[t_e, n_e, k_e] = flat.drop_null().to_numpy(zero_copy_only=False)
+        data = (flat if valid is None else flat.drop_null()).to_numpy(zero_copy_only=False)
     else:
         leaf_values = np.asarray(leaf_values)
         if leaf_values.shape != (len(flat),):
             raise ValueError(f"leaf_values must have one value per slot ({len(flat)}), got "
                              f"shape {leaf_values.shape}")
-        values[t_e, n_e, k_e] = leaf_values[valid]
-    node_mask[t_e, n_e, k_e] = True
-    return values, node_mask, round_mask
+        data = leaf_values if valid is None else leaf_values[valid]
+    values.reshape(-1)[position] = data
+    node_mask.reshape(-1)[position] = True
+    return values, node_mask, layout.round_mask.copy()

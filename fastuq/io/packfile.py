@@ -76,7 +76,9 @@ class PackedArrays:
     ``topk_logprobs`` round, rounded up to a power of two, is ``topk_slots``); ``math``:
     whether the answer-derived inputs were built with math-verify; ``shapes``:
     ``{column: [T, N, ...]}`` of each packed array; ``deps``: ``{array: corpus columns it
-    was built from}``.
+    was built from}``; ``checked``: the stored per-round inputs that passed the scoring
+    runs' checks when they were packed (``checked_rounds`` of the manifest; none for a pack
+    written before it was recorded).
     """
 
     table: pa.Table
@@ -87,6 +89,7 @@ class PackedArrays:
     deps: Mapping[str, Sequence[str]] = field(default_factory=dict)
     topk_slots: int = 1
     asked_derived: frozenset[str] = frozenset()
+    checked: frozenset[str] = frozenset()
 
     def has(self, kind: str, name: str) -> bool:
         """Whether the chunk holds the packed array ``kind`` (``rounds``, ``nodes``, ...)
@@ -221,6 +224,7 @@ def pack_chunks(path: str | os.PathLike, *, columns: Sequence[str] | None = None
         arrays = PackedArrays(table.select(packed_cols), frozenset(present),
                               int(entry["n_slots"]), bool(manifest.get("math", False)),
                               entry["shapes"], entry["deps"], int(entry["topk_slots"]),
-                              frozenset(asked_derived))
+                              frozenset(asked_derived),
+                              frozenset(entry.get("checked_rounds", ())))
         yield PackedChunk(entry["row0"], table.select(wanted), entry["source"],
                           entry["source_row0"], arrays)
