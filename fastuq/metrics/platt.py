@@ -42,10 +42,13 @@ from fastuq.metrics.newton import (
     unconverged,
 )
 from fastuq.metrics.platt_fast import platt_columns
+from fastuq.metrics.platt_moments import MIN_ROWS as MOMENT_MIN_ROWS
+from fastuq.metrics.platt_moments import moment_columns
 
 __all__ = [
     "CHUNK_ELEMENTS",
     "FAST_MIN_ROWS",
+    "MOMENT_MIN_ROWS",
     "PlattConvergenceWarning",
     "oof_briers",
     "oof_platt",
@@ -219,10 +222,11 @@ def oof_platt(
     """
     n, nc = x.shape
     fold = stratified_folds(labels, n_folds, seed, check_classes=False)
-    if n >= FAST_MIN_ROWS:
-        probs, _, _ = platt_columns(labels, [x[:, j] for j in range(nc)], fold, _penalty(C),
-                                    want_prob=True)
-        return np.column_stack(probs) if nc else np.empty((n, 0))
+    if n >= min(MOMENT_MIN_ROWS, FAST_MIN_ROWS) and nc:
+        engine = moment_columns if n >= MOMENT_MIN_ROWS else platt_columns
+        probs, _, _ = engine(labels, [x[:, j] for j in range(nc)], fold, _penalty(C),
+                             want_prob=True)
+        return np.column_stack(probs)
     nf = int(fold.max()) + 1
     train = (fold[None, :] != np.arange(nf)[:, None]).astype(np.float64)  # [F, N]
     rows = max(1, CHUNK_ELEMENTS // max(1, nf * nc))
@@ -270,7 +274,7 @@ def oof_briers_columns(
     """:func:`oof_briers` of a sequence of validated columns ``[N]`` (read by index; a lazy
     sequence keeps one column per worker in memory on the long-column path)."""
     n, nc = labels.shape[0], len(columns)
-    if n < FAST_MIN_ROWS or nc == 0:
+    if n < min(MOMENT_MIN_ROWS, FAST_MIN_ROWS) or nc == 0:
         x = np.empty((nc, n), np.result_type(*(columns[j].dtype for j in range(nc)))
                      if nc else np.float64).T
         for j in range(nc):
@@ -279,7 +283,8 @@ def oof_briers_columns(
         d = prob - labels[:, None]
         return np.einsum("nc,nc->c", d, d) / n, ece_matrix(labels, prob, n_bins)
     fold = stratified_folds(labels, n_folds, seed, check_classes=False)
-    _, brier, ece = platt_columns(labels, columns, fold, _penalty(C), n_bins=n_bins)
+    engine = moment_columns if n >= MOMENT_MIN_ROWS else platt_columns
+    _, brier, ece = engine(labels, columns, fold, _penalty(C), n_bins=n_bins)
     return brier, ece
 
 

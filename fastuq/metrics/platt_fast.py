@@ -53,7 +53,7 @@ from fastuq.metrics.newton import (
     unconverged,
 )
 
-__all__ = ["BLOCK", "WARM_ROWS", "FoldLayout", "platt_columns"]
+__all__ = ["BLOCK", "WARM_ROWS", "FoldLayout", "fold_moments", "platt_columns"]
 
 #: Rows of the warm-start subsample.
 WARM_ROWS = 1 << 19
@@ -83,7 +83,7 @@ class FoldLayout:
         self.sy = sy.sum() - sy  # [F] training-row sums of y
 
 
-def _moments(xs: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def fold_moments(xs: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each fit's training mean and population standard deviation ``[F]`` of the
     fold-ordered column ``xs [N]`` float64 (module doc)."""
     counts = np.diff(bounds).astype(np.float64)
@@ -245,7 +245,7 @@ def _one_column(
     x_blocked = _blocked(np.empty(0), block, np.float64, rows=layout.n)
     xs = x_blocked.reshape(-1)[: layout.n]
     np.take(np.asarray(x, np.float64), layout.perm, out=xs)
-    mean, scale = _moments(xs, layout.bounds)
+    mean, scale = fold_moments(xs, layout.bounds)
     sums, heldout = _programs(block, nf, n_bins)
     pbar = layout.sy / layout.n_train
     v0 = np.zeros(nf)
