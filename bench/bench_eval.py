@@ -11,6 +11,9 @@ DyLAN protocols, agreement, entropy, seq_logprob, n_tokens; ``fastuq.synth``, se
 
     python bench/bench_eval.py --quick                       # N = 1e5, 1 run
     python bench/bench_eval.py --n 1e7 --baseline /tmp/base  # the issue's measurement
+    python bench/bench_eval.py --n 1e6 --pack --baseline /work/main --repeats 2
+                                   # from a pack (``fastuq pack`` of the corpus, made once
+                                   # beside it; about 5.5x the Parquet's size on disk)
 
 Results: ``bench/results/eval.json`` (``eval_quick.json.tmp`` with ``--quick``); the
 markdown table is printed (bench/README.md's "Evaluation at 1e7 trajectories" quotes it by hand).
@@ -62,6 +65,16 @@ def run_eval(corpus: Path, out_json: Path, methods: str, pythonpath: str | None)
     return res
 
 
+def make_pack(corpus: Path) -> Path:
+    """``fastuq pack`` of ``corpus`` beside it (``NAME.fqpack``), made once."""
+    pack = corpus.with_suffix(".fqpack")
+    if not pack.exists():
+        bp._log(f"  packing {corpus} -> {pack}")
+        subprocess.run([sys.executable, "-m", "fastuq", "pack", str(corpus), "-o", str(pack)],
+                       check=True)
+    return pack
+
+
 def _numbers(doc: dict) -> dict[tuple, float]:
     out = {}
 
@@ -96,6 +109,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--methods", default=METHODS)
     p.add_argument("--baseline", type=Path, default=None,
                    help="an older checkout to compare with (its directory goes on PYTHONPATH)")
+    p.add_argument("--pack", action="store_true",
+                   help="evaluate from a pack of the corpus (made once, beside it)")
     p.add_argument("--cache-dir", type=Path, default=bp.DEFAULT_CACHE)
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
@@ -103,6 +118,8 @@ def main(argv: list[str] | None = None) -> None:
     out = args.out or Path(__file__).resolve().parent / "results" / (
         "eval_quick.json.tmp" if args.quick else "eval.json")
     corpus = bp.corpus(args.cache_dir, "signals", n)
+    if args.pack:
+        corpus = make_pack(corpus)
     variants = [("current", None)]
     if args.baseline is not None:
         variants.append(("baseline", str(args.baseline.resolve())))
