@@ -11,6 +11,11 @@ DyLAN protocols, agreement, entropy, seq_logprob, n_tokens; ``fastuq.synth``, se
 
     python bench/bench_eval.py --quick                       # N = 1e5, 1 run
     python bench/bench_eval.py --n 1e7 --baseline /tmp/base  # the issue's measurement
+    python bench/bench_eval.py --n 1e6 --metrics-stage 10 --baseline /work/main
+                                   # eval's metrics stage on 1e7 rows in memory (prints only)
+    python bench/bench_eval.py --n 1e6 --pack --baseline /work/main --repeats 2
+                                   # from a pack (``fastuq pack`` of the corpus, made once
+                                   # beside it; about 5.5x the Parquet's size on disk)
 
 Results: ``bench/results/eval.json`` (``eval_quick.json.tmp`` with ``--quick``); the
 markdown table is printed (bench/README.md's "Evaluation at 1e7 trajectories" quotes it by hand).
@@ -62,6 +67,87 @@ def run_eval(corpus: Path, out_json: Path, methods: str, pythonpath: str | None)
     return res
 
 
+_STAGE = """
+import json, resource, sys, time
+import numpy as np
+import fastuq.metrics as fm
+d = np.load(sys.argv[1]); reps = int(sys.argv[2])
+x, y, g = d["x"], d["y"].astype(bool), d["g"]
+rng = np.random.default_rng(0)
+X = np.asfortranarray(np.tile(x, (reps, 1)))  # column-major, as eval builds its matrix
+for j in range(X.shape[1]):
+    if len(np.unique(x[:1000, j])) > 100:  # continuous: jitter so the copies do not tie
+        X[:, j] *= 1 + 1e-9 * rng.standard_normal(X.shape[0])
+Y, G = np.tile(y, reps), np.tile(g, reps)
+w, c = time.perf_counter(), time.process_time()
+pooled, groups = fm.evaluate_groups(Y, X, G)
+res = {"n": len(Y), "wall_s": time.perf_counter() - w, "cpu_s": time.process_time() - c,
+       "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+       "metrics": {"all": {k: v.tolist() for k, v in pooled.items() if k != "name"},
+                   **{n: {k: v.tolist() for k, v in t.items() if k != "name"}
+                      for n, t in groups.items()}}}
+json.dump(res, open(sys.argv[3], "w"))
+"""
+
+
+def metrics_stage(corpus: Path, methods: str, reps: int, variants, tmp: Path) -> dict:
+    """``evaluate_groups`` (eval's metrics stage, ``--by protocol``) timed in one process per
+    variant on ``reps`` copies of the corpus's real scores, built in memory (no pack on
+    disk): the corpus is scored once, its 8 score columns tiled ``reps`` times (continuous
+    ones jittered by 1e-9 relative). Returns per variant wall / CPU seconds, peak RSS and
+    the max abs difference of every metric from the first variant."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    scores = tmp / "scores.parquet"
+    subprocess.run([sys.executable, "-m", "fastuq", "score", str(corpus), "--method", methods,
+                    "-o", str(scores), "--no-progress"], check=True, capture_output=True)
+    sc = pq.read_table(scores)
+    src = pq.read_table(corpus, columns=["trajectory_id", "correct", "protocol"])
+    if not src["trajectory_id"].equals(sc["trajectory_id"]):
+        raise SystemExit("scores and corpus rows differ in order")
+    data = tmp / "stage.npz"
+    np.savez(data, x=np.column_stack([sc[c].to_numpy() for c in methods.split(",")]),
+             y=src["correct"].to_numpy(zero_copy_only=False),
+             g=np.asarray(src["protocol"].to_numpy(zero_copy_only=False)).astype(str))
+    out: dict[str, Any] = {}
+    first = None
+    for name, path in variants:
+        env = dict(os.environ)
+        if path:
+            env["PYTHONPATH"] = path
+        load0 = os.getloadavg()[0]
+        res_path = tmp / f"stage_{name}.json"
+        subprocess.run([sys.executable, "-c", _STAGE, str(data), str(reps), str(res_path)],
+                       check=True, env=env, cwd=tmp)
+        res = json.loads(res_path.read_text())
+        res["load_before"], res["load_after"] = load0, os.getloadavg()[0]
+        if first is None:
+            first = res["metrics"]
+        worst: dict[str, float] = {}
+        for group, table in res.pop("metrics").items():
+            for metric, values in table.items():
+                diff = max((abs(a - b) for a, b in zip(values, first[group][metric],
+                                                       strict=True)), default=0.0)
+                worst[metric] = max(worst.get(metric, 0.0), diff)
+        res["max_abs_diff_vs_first"] = worst
+        bp._log(f"  metrics stage, {name}: {res['wall_s']:.1f} s wall, {res['cpu_s']:.1f} s "
+                f"CPU, {res['peak_rss'] / GIB:.2f} GiB, load {load0:.1f} -> "
+                f"{res['load_after']:.1f}")
+        out[name] = res
+    return out
+
+
+def make_pack(corpus: Path) -> Path:
+    """``fastuq pack`` of ``corpus`` beside it (``NAME.fqpack``), made once."""
+    pack = corpus.with_suffix(".fqpack")
+    if not pack.exists():
+        bp._log(f"  packing {corpus} -> {pack}")
+        subprocess.run([sys.executable, "-m", "fastuq", "pack", str(corpus), "-o", str(pack)],
+                       check=True)
+    return pack
+
+
 def _numbers(doc: dict) -> dict[tuple, float]:
     out = {}
 
@@ -96,6 +182,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--methods", default=METHODS)
     p.add_argument("--baseline", type=Path, default=None,
                    help="an older checkout to compare with (its directory goes on PYTHONPATH)")
+    p.add_argument("--metrics-stage", type=int, default=0, metavar="REPS",
+                   help="only time eval's metrics stage in memory on REPS copies of the "
+                        "corpus's scores (e.g. --n 1e6 --metrics-stage 10 for 1e7 rows; "
+                        "no pack on disk)")
+    p.add_argument("--pack", action="store_true",
+                   help="evaluate from a pack of the corpus (made once, beside it)")
     p.add_argument("--cache-dir", type=Path, default=bp.DEFAULT_CACHE)
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
@@ -103,6 +195,16 @@ def main(argv: list[str] | None = None) -> None:
     out = args.out or Path(__file__).resolve().parent / "results" / (
         "eval_quick.json.tmp" if args.quick else "eval.json")
     corpus = bp.corpus(args.cache_dir, "signals", n)
+    if args.metrics_stage:
+        variants = [("current", None)]
+        if args.baseline is not None:
+            variants.append(("baseline", str(args.baseline.resolve())))
+        with tempfile.TemporaryDirectory() as tmp:
+            stage = metrics_stage(corpus, args.methods, args.metrics_stage, variants, Path(tmp))
+        print(json.dumps(stage, indent=1))
+        return
+    if args.pack:
+        corpus = make_pack(corpus)
     variants = [("current", None)]
     if args.baseline is not None:
         variants.append(("baseline", str(args.baseline.resolve())))

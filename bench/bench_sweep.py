@@ -6,6 +6,8 @@ Run from the repository root::
     python bench/bench_sweep.py            # full run (a few minutes), writes
                                            # bench/results/sweep.json
     python bench/bench_sweep.py --quick    # smoke test (timed in README), writes a *.tmp only
+    python bench/bench_sweep.py --rank-cost  # CPU ms per column of the ranking, and of the
+                                             # sorts tried in its place (prints only)
 
 Workload (full run): ``fastuq.synth.corpus(1_000_000, protocol="debate", seed=0)``, T = 3,
 packed once to float32 ``[T, N]``; a 32 x 32 grid of ``lam`` in linspace(0.5, 1, 32) and
@@ -214,6 +216,42 @@ def table_markdown(data: dict[str, Any]) -> str:
     return f"{head}\n\n{table}\n\n{note}\n"
 
 
+def rank_cost(n: int = 1_000_000, columns: int = 32, seed: int = 0) -> dict[str, float]:
+    """CPU milliseconds per column of the sweep's exact ranking and of the sorts tried in
+    its place, on ``[columns, n]`` float32 scores, one thread (``--rank-cost``)."""
+    import polars as pl
+
+    from fastuq.metrics.rank import order_keys, rank_metrics_rows, row_label_bits
+
+    def _packed_keys(k32, low):  # rank.py's packed key: score key << 32 | row << 1 | label
+        return (k32.astype(np.uint64) << np.uint64(32)) | low
+
+    rng = np.random.default_rng(seed)
+    y = rng.random(n) < 0.68
+    s = (rng.standard_normal((columns, n)) - 0.5 * y).astype(np.float32)
+    keys32 = [order_keys(s[i]) for i in range(columns)]
+    low = row_label_bits(y)
+    keys64 = [_packed_keys(k, low) for k in keys32]
+    cases = {
+        "rank_metrics_rows (AUROC, AUARC, PRR)": lambda: rank_metrics_rows(
+            y, s, ("auroc", "auarc", "prr"), threads=1),
+        "packing the 64-bit keys": lambda: [_packed_keys(order_keys(s[i]), low)
+                                            for i in range(columns)],
+        "Polars sort of the packed keys": lambda: [pl.Series(k).sort() for k in keys64],
+        "np.sort of the packed keys": lambda: [np.sort(k) for k in keys64],
+        "Polars sort of the 32-bit keys alone": lambda: [pl.Series(k).sort() for k in keys32],
+        "one 16-bit radix pass (np.argsort stable)": lambda: [
+            np.argsort((k >> 16).astype(np.uint16), kind="stable") for k in keys32],
+    }
+    out = {}
+    for name, fn in cases.items():
+        cpu = time.process_time()
+        fn()
+        out[name] = 1e3 * (time.process_time() - cpu) / columns
+        print(f"{name}: {out[name]:.1f} ms of CPU per column", flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="smoke test: N = 1e5, 8 x 8 grid")
@@ -227,7 +265,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--single-call", action="store_true",
                    help="also time the whole grid in one call, with all threads and with 1")
     p.add_argument("--out", type=Path, help="results JSON (default bench/results/sweep.json)")
+    p.add_argument("--rank-cost", action="store_true",
+                   help="only time the ranking per column (and the sorts tried instead) on "
+                        "--n float32 scores (default 1e6), 32 columns, one thread")
     args = p.parse_args(argv)
+    if args.rank_cost:
+        rank_cost(args.n or 1_000_000)
+        return
     start = time.perf_counter()
     data = run(args)
     data["wall_s"] = time.perf_counter() - start

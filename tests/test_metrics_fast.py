@@ -95,6 +95,9 @@ N_FAST = FAST_ROWS + 4_321
 @pytest.fixture(autouse=True)
 def _fast_threshold(monkeypatch):
     monkeypatch.setattr(platt, "FAST_MIN_ROWS", FAST_ROWS)
+    # the moment engine (tested below) takes long columns first; the tests before it are
+    # the JAX engine's and the matrix path's
+    monkeypatch.setattr(platt, "MOMENT_MIN_ROWS", 1 << 62, raising=False)
 
 
 def _columns(n, seed=0):
@@ -154,6 +157,91 @@ def test_fast_platt_float32_scores(monkeypatch):
     x32 = x[:, :2].astype(np.float32)
     ref = _matrix_path(monkeypatch, platt.oof_platt, y, x32)
     np.testing.assert_allclose(platt.oof_platt(y, x32), ref, rtol=0, atol=1e-9)
+
+
+# ------------------------------------------------------------------ Platt from moments
+
+
+def _moment_engine(monkeypatch):
+    """Route columns of ``N_FAST`` rows to the moment engine; returns the list in which each
+    column's outcome is recorded (True: the series' bound failed and it was fitted
+    exactly)."""
+    import fastuq.metrics.platt_moments as pm
+
+    monkeypatch.setattr(platt, "MOMENT_MIN_ROWS", FAST_ROWS)
+    fell_back = []
+    real = pm._one_column
+
+    def recorded(*args, **kwargs):
+        result = real(*args, **kwargs)
+        fell_back.append(result is None)
+        return result
+
+    monkeypatch.setattr(pm, "_one_column", recorded)
+    return fell_back
+
+
+@pytest.mark.parametrize("C", [1.0, None, 0.01])
+def test_moment_platt_equals_the_matrix_path(monkeypatch, C):
+    y, x = _columns(N_FAST, seed=1)
+    fell_back = _moment_engine(monkeypatch)
+    got = platt.oof_platt(y, x, C=C)
+    assert len(fell_back) == x.shape[1]
+    assert sum(fell_back) <= 1  # the series serves (nearly) every column at this size
+    ref = _matrix_path(monkeypatch, platt.oof_platt, y, x, C=C)
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-9)
+    fell_back.clear()
+    brier, ece = platt.oof_briers(y, x, C=C)
+    assert len(fell_back) == x.shape[1]
+    d = ref - y[:, None]
+    np.testing.assert_allclose(brier, (d * d).mean(axis=0), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(ece, ece_matrix(y, ref, 15), rtol=0, atol=1e-10)
+
+
+def test_moment_platt_matches_sklearn_pipeline(monkeypatch):
+    y, x = _columns(N_FAST, seed=2)
+    fell_back = _moment_engine(monkeypatch)
+    for j in (0, 2):  # plain, heavy-tailed (rows beyond the series' tail summed exactly)
+        col = x[:, j]
+        skf = StratifiedKFold(n_splits=5, shuffle=True, random_state=0)
+        ref = np.empty(len(y))
+        for train, test in skf.split(col[:, None], y):
+            model = make_pipeline(StandardScaler(),
+                                  LogisticRegression(C=1.0, tol=1e-10, max_iter=10_000))
+            model.fit(col[train, None], y[train])
+            ref[test] = model.predict_proba(col[test, None])[:, 1]
+        np.testing.assert_allclose(platt.oof_platt(y, col[:, None])[:, 0], ref, rtol=0,
+                                   atol=1e-6)
+    assert fell_back == [False, False]
+
+
+def test_moment_platt_falls_back_to_the_exact_engine(monkeypatch):
+    """A column whose series bound is not met is fitted by the exact engine: with the
+    accepted bound at 0 every column falls back, and the results are the exact ones."""
+    import fastuq.metrics.platt_moments as pm
+
+    y, x = _columns(N_FAST, seed=4)
+    fell_back = _moment_engine(monkeypatch)
+    monkeypatch.setattr(pm, "BOUND", 0.0)
+    brier, ece = platt.oof_briers(y, x[:, :2])
+    assert fell_back == [True, True]
+    ref = _matrix_path(monkeypatch, platt.oof_platt, y, x[:, :2])
+    d = ref - y[:, None]
+    np.testing.assert_allclose(brier, (d * d).mean(axis=0), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(ece, ece_matrix(y, ref, 15), rtol=0, atol=1e-10)
+
+
+def test_moment_series_derivatives_are_the_softplus_derivatives():
+    """The softplus' derivatives as polynomials in sigma, worked by hand: s' = sigma,
+    s'' = sigma - sigma**2, s''' = sigma - 3 sigma**2 + 2 sigma**3, s'''' = sigma -
+    7 sigma**2 + 12 sigma**3 - 6 sigma**4; their suprema 1, 1/4, sqrt(3)/18, 1/8."""
+    from fastuq.metrics.platt_moments import _derivatives
+
+    coef, sup = _derivatives(3)
+    np.testing.assert_array_equal(coef[:, :5], [[0, 1, 0, 0, 0], [0, 1, -1, 0, 0],
+                                                [0, 1, -3, 2, 0], [0, 1, -7, 12, -6]])
+    np.testing.assert_allclose(sup, np.array([1, 0.25, 3**0.5 / 18, 0.125]) * 1.01,
+                               rtol=1e-6, atol=2e-12)
 
 
 # ------------------------------------------------------------------------- groups

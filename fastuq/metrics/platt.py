@@ -21,6 +21,13 @@ where the objective would rise, and the sums over rows streamed in chunks of abo
 :data:`CHUNK_ELEMENTS` (folds x rows x columns) elements. Probabilities of held-out rows
 use their own fold's standardisation and parameters.
 
+Which engine fits: columns of :data:`MOMENT_MIN_ROWS` rows or more go to
+:mod:`fastuq.metrics.platt_moments` (Newton's sums from one pass of Taylor moments, with a
+checked bound on each fit's distance to the exact optimum; a column that misses it goes to
+the exact engine below); shorter columns from :data:`FAST_MIN_ROWS` rows to the exact
+column-by-column engine of :mod:`fastuq.metrics.platt_fast`; the rest to the matrix path
+here. All three agree to about 1e-11 in probabilities (tested to 1e-9).
+
 :func:`platt_fit` runs the same fit once on all rows (one training part holding every row)
 and maps ``(v, b)`` back to the score's own scale (:mod:`fastuq.fit` reports those
 coefficients, unpenalised).
@@ -42,10 +49,13 @@ from fastuq.metrics.newton import (
     unconverged,
 )
 from fastuq.metrics.platt_fast import platt_columns
+from fastuq.metrics.platt_moments import MIN_ROWS as MOMENT_MIN_ROWS
+from fastuq.metrics.platt_moments import moment_columns
 
 __all__ = [
     "CHUNK_ELEMENTS",
     "FAST_MIN_ROWS",
+    "MOMENT_MIN_ROWS",
     "PlattConvergenceWarning",
     "oof_briers",
     "oof_platt",
@@ -58,7 +68,9 @@ CHUNK_ELEMENTS = 1 << 18
 #: (fold-ordered rows, jitted row sums, warm start); shorter columns use the matrix path.
 #: Measured on 8 columns: at 1e6 rows the matrix path takes 3.1 s and the engine 4.3 s
 #: (about 1.5 s of it compiling its loops once per process); at 1e7 the engine needs about
-#: 2 s of CPU per column against 4.5 s.
+#: 2 s of CPU per column against 4.5 s. Columns of :data:`MOMENT_MIN_ROWS` rows or more go
+#: to the moment engine first (2**16: below it the fold fits spread too far for
+#: its series); the engine here then serves as its exact fallback.
 FAST_MIN_ROWS = 1 << 21
 
 
@@ -219,10 +231,11 @@ def oof_platt(
     """
     n, nc = x.shape
     fold = stratified_folds(labels, n_folds, seed, check_classes=False)
-    if n >= FAST_MIN_ROWS:
-        probs, _, _ = platt_columns(labels, [x[:, j] for j in range(nc)], fold, _penalty(C),
-                                    want_prob=True)
-        return np.column_stack(probs) if nc else np.empty((n, 0))
+    if n >= min(MOMENT_MIN_ROWS, FAST_MIN_ROWS) and nc:
+        engine = moment_columns if n >= MOMENT_MIN_ROWS else platt_columns
+        probs, _, _ = engine(labels, [x[:, j] for j in range(nc)], fold, _penalty(C),
+                             want_prob=True)
+        return np.column_stack(probs)
     nf = int(fold.max()) + 1
     train = (fold[None, :] != np.arange(nf)[:, None]).astype(np.float64)  # [F, N]
     rows = max(1, CHUNK_ELEMENTS // max(1, nf * nc))
@@ -252,8 +265,8 @@ def oof_briers(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Brier score and ECE ``([C], [C])`` float64 of the out-of-fold Platt probabilities of
     every column of validated ``x [N, C]`` (:func:`oof_platt`'s), without keeping the
-    probabilities: long columns (:data:`FAST_MIN_ROWS`) get both from the held-out loop of
-    :mod:`fastuq.metrics.platt_fast`, one column at a time."""
+    probabilities: long columns (:data:`MOMENT_MIN_ROWS`) get both from the held-out pass of
+    :mod:`fastuq.metrics.platt_moments`, one column per worker at a time."""
     return oof_briers_columns(labels, [x[:, j] for j in range(x.shape[1])], n_folds=n_folds,
                               seed=seed, C=C, n_bins=n_bins)
 
@@ -270,7 +283,7 @@ def oof_briers_columns(
     """:func:`oof_briers` of a sequence of validated columns ``[N]`` (read by index; a lazy
     sequence keeps one column per worker in memory on the long-column path)."""
     n, nc = labels.shape[0], len(columns)
-    if n < FAST_MIN_ROWS or nc == 0:
+    if n < min(MOMENT_MIN_ROWS, FAST_MIN_ROWS) or nc == 0:
         x = np.empty((nc, n), np.result_type(*(columns[j].dtype for j in range(nc)))
                      if nc else np.float64).T
         for j in range(nc):
@@ -279,7 +292,8 @@ def oof_briers_columns(
         d = prob - labels[:, None]
         return np.einsum("nc,nc->c", d, d) / n, ece_matrix(labels, prob, n_bins)
     fold = stratified_folds(labels, n_folds, seed, check_classes=False)
-    _, brier, ece = platt_columns(labels, columns, fold, _penalty(C), n_bins=n_bins)
+    engine = moment_columns if n >= MOMENT_MIN_ROWS else platt_columns
+    _, brier, ece = engine(labels, columns, fold, _penalty(C), n_bins=n_bins)
     return brier, ece
 
 

@@ -53,7 +53,8 @@ from fastuq.metrics.newton import (
     unconverged,
 )
 
-__all__ = ["BLOCK", "WARM_ROWS", "FoldLayout", "platt_columns"]
+__all__ = ["BLOCK", "WARM_ROWS", "FoldLayout", "fold_moments", "platt_columns",
+           "segment_moments"]
 
 #: Rows of the warm-start subsample.
 WARM_ROWS = 1 << 19
@@ -83,12 +84,17 @@ class FoldLayout:
         self.sy = sy.sum() - sy  # [F] training-row sums of y
 
 
-def _moments(xs: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def fold_moments(xs: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each fit's training mean and population standard deviation ``[F]`` of the
     fold-ordered column ``xs [N]`` float64 (module doc)."""
-    counts = np.diff(bounds).astype(np.float64)
-    n = float(bounds[-1])
-    parts = [xs[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:], strict=False)]
+    return segment_moments([xs[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:], strict=False)])
+
+
+def segment_moments(parts: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`fold_moments` of a column given as its fold segments ``parts`` (``[n_k]``
+    float64 each, segment ``k`` the rows of held-out fold ``k``)."""
+    counts = np.array([p.shape[0] for p in parts], np.float64)
+    n = float(counts.sum())
     s1 = np.array([p.sum() for p in parts])
     m_k = s1 / counts  # segment means
     q_k = np.empty_like(m_k)  # centred squares per segment
@@ -245,7 +251,7 @@ def _one_column(
     x_blocked = _blocked(np.empty(0), block, np.float64, rows=layout.n)
     xs = x_blocked.reshape(-1)[: layout.n]
     np.take(np.asarray(x, np.float64), layout.perm, out=xs)
-    mean, scale = _moments(xs, layout.bounds)
+    mean, scale = fold_moments(xs, layout.bounds)
     sums, heldout = _programs(block, nf, n_bins)
     pbar = layout.sy / layout.n_train
     v0 = np.zeros(nf)
