@@ -33,7 +33,8 @@ import pyarrow as pa
 from fastuq.errors import PackError
 
 __all__ = ["MANIFEST", "PACK_PREFIX", "PACK_SCHEMA_VERSION", "PackedArrays", "PackedChunk",
-           "file_sha256", "is_pack", "open_pack", "pack_chunks", "read_chunk_table"]
+           "file_sha256", "is_pack", "open_pack", "pack_chunks", "read_chunk_table",
+           "read_pack_chunk"]
 
 #: Version of the pack layout; a pack written with another one is refused.
 PACK_SCHEMA_VERSION = 1
@@ -201,26 +202,39 @@ def pack_chunks(path: str | os.PathLike, *, columns: Sequence[str] | None = None
     asked for."""
     pack = Path(path)
     manifest = open_pack(pack) if manifest is None else manifest
-    for entry in manifest["chunks"]:
-        table = read_chunk_table(pack, entry)
-        corpus = [c for c in table.column_names if not c.startswith(PACK_PREFIX)]
-        packed_cols = [c for c in table.column_names if c.startswith(PACK_PREFIX)]
-        present = set(entry["present"])
-        derived = set(manifest.get("derived_only", ()))
-        if columns is None:
-            wanted = corpus
-            asked_derived = derived
-        else:
-            known = set(corpus) | derived
-            for c in columns:
-                if c != "trajectory_id" and c not in known:
-                    raise ValueError(f"{pack}: no column {c!r} (columns: {', '.join(corpus)})")
-            asked = ["trajectory_id", *columns, *optional_columns]
-            wanted = [c for c in dict.fromkeys(asked) if c in corpus]
-            asked_derived = derived & set(asked)
-        arrays = PackedArrays(table.select(packed_cols), frozenset(present),
-                              int(entry["n_slots"]), bool(manifest.get("math", False)),
-                              entry["shapes"], entry["deps"], int(entry["topk_slots"]),
-                              frozenset(asked_derived))
-        yield PackedChunk(entry["row0"], table.select(wanted), entry["source"],
-                          entry["source_row0"], arrays)
+    for index in range(len(manifest["chunks"])):
+        yield read_pack_chunk(pack, manifest, index, columns=columns,
+                              optional_columns=optional_columns)
+
+
+def read_pack_chunk(path: str | os.PathLike, manifest: Mapping, index: int, *,
+                    columns: Sequence[str] | None = None,
+                    optional_columns: Sequence[str] = ()) -> PackedChunk:
+    """Chunk ``index`` of the pack at ``path`` (whose manifest, from :func:`open_pack`, is
+    ``manifest``), memory-mapped, with its packed arrays: one chunk file read alone (what
+    a worker of :mod:`fastuq.ray` scores). ``columns`` / ``optional_columns``: as
+    :func:`pack_chunks`."""
+    pack = Path(path)
+    entry = manifest["chunks"][index]
+    table = read_chunk_table(pack, entry)
+    corpus = [c for c in table.column_names if not c.startswith(PACK_PREFIX)]
+    packed_cols = [c for c in table.column_names if c.startswith(PACK_PREFIX)]
+    present = set(entry["present"])
+    derived = set(manifest.get("derived_only", ()))
+    if columns is None:
+        wanted = corpus
+        asked_derived = derived
+    else:
+        known = set(corpus) | derived
+        for c in columns:
+            if c != "trajectory_id" and c not in known:
+                raise ValueError(f"{pack}: no column {c!r} (columns: {', '.join(corpus)})")
+        asked = ["trajectory_id", *columns, *optional_columns]
+        wanted = [c for c in dict.fromkeys(asked) if c in corpus]
+        asked_derived = derived & set(asked)
+    arrays = PackedArrays(table.select(packed_cols), frozenset(present),
+                          int(entry["n_slots"]), bool(manifest.get("math", False)),
+                          entry["shapes"], entry["deps"], int(entry["topk_slots"]),
+                          frozenset(asked_derived))
+    return PackedChunk(entry["row0"], table.select(wanted), entry["source"],
+                       entry["source_row0"], arrays)
