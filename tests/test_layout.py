@@ -265,6 +265,7 @@ FASTUQ_ALL = {
     "compute_token_entropy", "get_estimator", "lambda_kalman_forward", "majority_margin",
     "register_estimator", "sauce", "sauce_batch", "sauce_score", "score", "score_file",
     "unregister_estimator", "use_cpu_devices", "sweep", "fit_sauce", "FitResult",
+    "Pack",  # a pack opened and checked (against its source with source=)
     # submodules
     "answers", "cli", "engine", "evaluation", "importers", "io", "kernels", "metrics",
     "selection", "signals", "sweeps", "fit", "synth", "gate", "replay", "report",
@@ -333,12 +334,15 @@ PUBLIC = {
         "copy_bandwidth", "device_copy_bandwidth", "fmt_num", "fmt_si", "machine_info",
         "markdown_table", "median", "peak_rss_bytes", "reset_peak_rss", "rss_bytes",
         "time_calls"},
-    "fastuq.errors": {"PackError", "RecordError", "TooManySkipped"},
+    "fastuq.errors": {"PackError", "PackWarning", "RecordError", "TooManySkipped"},
     # the packed corpus (fastuq pack)
-    "fastuq.engine.packed": {"PackedBatch", "check_pack", "pack_corpus", "pack_source_files"},
+    "fastuq.engine.packed": {"Pack", "PackedBatch", "check_pack", "pack_corpus",
+                             "pack_source_files"},
     "fastuq.io.packfile": {
         "MANIFEST", "PACK_PREFIX", "PACK_SCHEMA_VERSION", "PackedArrays", "PackedChunk",
-        "file_sha256", "is_pack", "open_pack", "pack_chunks", "read_chunk_table"},
+        "file_sha256", "is_pack", "open_pack", "pack_chunks", "read_chunk_table",
+        # one chunk file alone (the Ray engine's unit of work); the source checks
+        "read_pack_chunk", "check_sources", "source_drift", "source_record"},
     # the capability subpackages (added with them)
     "fastuq.decisions": {
         "POLICIES", "Gate", "GateCalibration", "Outcomes", "Policy", "ReplayResult",

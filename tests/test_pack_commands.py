@@ -90,3 +90,118 @@ def test_report_from_pack_equals_parquet(tmp_path, sample_pack, capsys):
     assert data["parquet"]["n"] == 2000 and len(data["parquet"]["estimators"]) == 4
     assert data["parquet"] == data["pack"]  # every metric, pooled and per protocol
     assert pages["parquet"] == pages["pack"]  # and the page itself: tables and plots
+
+
+# --- the source given too: a changed source refused on every command ---------------------
+
+
+@pytest.fixture
+def packed_copy(tmp_path):
+    """A copy of the sample (a source that can change) and its pack."""
+    src = tmp_path / "c.parquet"
+    src.write_bytes(sample_corpus_path().read_bytes())
+    pack = tmp_path / "c.fqpack"
+    pack_corpus(src, pack, chunk_rows=1000)
+    return src, pack
+
+
+#: A command line per command that reads a corpus, CORPUS where the pack goes.
+COMMANDS = [
+    ("score", "CORPUS", "-o", "OUT.parquet"),
+    ("score", "--engine", "ray", "CORPUS", "-o", "OUTDIR"),
+    ("eval", "CORPUS"),
+    ("select", "CORPUS"),
+    ("sweep", "CORPUS", "--lam", "0.5:1:2", "-o", "OUT.parquet"),
+    ("fit", "CORPUS", "--steps", "2", "-o", "OUT.json"),
+    ("gate", "calibrate", "CORPUS", "--score", "sauce", "-o", "OUT.json"),
+    ("gate", "apply", "GATE.json", "CORPUS", "-o", "OUT.parquet"),
+    ("calibrate", "CORPUS", "-o", "OUT.json"),
+    ("replay", "CORPUS", "--policy", "fixed", "-o", "OUT.parquet"),
+    ("report", "CORPUS", "-o", "OUT.html"),
+]
+
+
+def _argv(command, corpus, tmp_path):
+    names = {"CORPUS": corpus, "GATE.json": tmp_path / "gate.json"}
+    return [str(names.get(a, tmp_path / a if a.startswith("OUT") else a)) for a in command]
+
+
+@pytest.mark.parametrize("change", ["size", "content"])
+def test_changed_source_refuses_the_pack_on_every_command(tmp_path, packed_copy, capsys,
+                                                          change):
+    src, pack = packed_copy
+    (tmp_path / "gate.json").write_text("{}")  # never read: the pack is refused first
+    data = bytearray(src.read_bytes())
+    if change == "size":
+        data += b"\0"
+        why = f"now {len(data)} bytes, packed from {len(data) - 1} bytes"
+    else:  # the same size, one byte flipped
+        data[len(data) // 2] ^= 0xFF
+        why = "same size, another SHA-256"
+    src.write_bytes(bytes(data))
+    for command in COMMANDS:
+        argv = _argv(command, pack, tmp_path)
+        assert _cli(*argv, "--source", src) == 2, command
+        err = capsys.readouterr().err
+        assert f"pack refused: source file {src} changed since it was packed ({why})" in err
+        assert "re-pack it: fastuq pack SOURCE -o" in err, command
+    assert not any(p.name.startswith("OUT") for p in tmp_path.iterdir())
+
+
+def test_unchanged_source_passes_and_source_needs_a_pack(tmp_path, packed_copy, capsys):
+    src, pack = packed_copy
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    assert _cli("score", pack, "-o", a, "--source", src) == 0
+    assert _cli("score", src, "-o", b, "--chunk-rows", 1000) == 0
+    assert pq.read_table(a).equals(pq.read_table(b))
+    assert _cli("eval", pack, "--source", src, "--method", "sauce") == 0
+    assert "warning" not in capsys.readouterr().err
+    # --source with a corpus that is not a pack: a usage error
+    assert _cli("eval", src, "--source", src) == 2
+    assert f"{src} is not a pack" in capsys.readouterr().err
+
+
+def test_python_api_pack_with_source(tmp_path, packed_copy):
+    import fastuq
+    from fastuq.errors import PackError
+
+    src, pack = packed_copy
+    checked = fastuq.Pack(pack, source=src)
+    assert checked.rows == 2000 and str(checked) == str(pack)
+    by_path = fastuq.score(str(pack), "sauce,umas")
+    assert fastuq.score(checked, "sauce,umas").equals(by_path)
+    src.write_bytes(src.read_bytes()[:-1])
+    with pytest.raises(PackError, match="changed since it was packed"):
+        fastuq.Pack(pack, source=src)
+
+
+def test_a_changed_source_warns_without_source(tmp_path, packed_copy, capsys):
+    """Without --source: one stat per source file. A source file at its recorded path with
+    another size, or the same size and another modification time, is said on stderr (once
+    per run) and the pack is read; a source moved away says nothing."""
+    import os
+    import warnings
+
+    import fastuq
+    from fastuq.errors import PackWarning
+
+    src, pack = packed_copy
+    out = tmp_path / "x.parquet"
+    st = src.stat()
+    os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # touched: same bytes
+    assert _cli("score", pack, "-o", out) == 0
+    err = capsys.readouterr().err
+    assert err.count("warning:") == 1
+    assert f"source file {src.resolve()} was modified since it was packed (same size" in err
+    # checked by content in this process: the same file, untouched since, says nothing
+    fastuq.Pack(pack, source=src)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PackWarning)
+        fastuq.score(pack, "sauce")
+    src.write_bytes(src.read_bytes() + b"\0")
+    with pytest.warns(PackWarning, match=r"changed since it was packed \(now \d+ bytes"):
+        fastuq.score(pack, "sauce")
+    src.rename(tmp_path / "moved.parquet")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PackWarning)
+        assert fastuq.score(pack, "sauce").num_rows == 2000
