@@ -368,7 +368,9 @@ PUBLIC = {
     "fastuq.engine.runtime": {
         "DEVICES", "available_cpus", "bucket_size", "cgroup_cpu_limit", "device_scope",
         "device_split", "in_context", "local_devices", "record_splits", "scoped_platform",
-        "tune_allocator", "use_cpu_devices", "x64_scope"},
+        "tune_allocator", "use_cpu_devices", "x64_scope",
+        # a pack's chunk placed on the devices in one transfer
+        "place_batched"},
     "fastuq.engine.methods": {
         "CHECKED_NODE_COLUMNS", "available_methods", "corpus_columns", "left_out_methods",
         "method_list", "no_preset_methods", "resolve_once"},
@@ -388,7 +390,7 @@ PUBLIC = {
     "fastuq.kernels.umas": {"PER_ROUND", "umas_rounds", "umas_rounds_numpy"},
     "fastuq.engine.runner": {
         "call_kernel", "outputs_of", "prepare_estimator", "run_estimator",
-        "run_estimator_rounds"},
+        "run_estimator_rounds", "kernel_arguments", "place_plans"},
     "fastuq.engine.files": {"ProgressBar", "ScoreReport", "score_file"},
     # the black-box family's host side: word tokens, pairwise Jaccard, the similarity input
     "fastuq.signals.tokens": {"WORD", "text_token_ids", "word_token_ids"},

@@ -205,3 +205,55 @@ def test_a_changed_source_warns_without_source(tmp_path, packed_copy, capsys):
     with warnings.catch_warnings():
         warnings.simplefilter("error", PackWarning)
         assert fastuq.score(pack, "sauce").num_rows == 2000
+
+
+# --- one transfer per chunk to the devices ----------------------------------------------
+
+
+def test_a_packs_chunk_goes_to_the_devices_in_one_transfer(tmp_path, monkeypatch):
+    """Scoring a pack with the JAX kernels hands each chunk's inputs (every estimator's,
+    a shared mask once) to the devices in one ``jax.device_put``, and no kernel is given a
+    host array (which JAX would transfer by itself): counted on whatever the default
+    backend is (the CPU split into one device per core, or a GPU). The scores are those
+    of the source."""
+    import jax
+
+    import fastuq
+    import fastuq.engine.runtime as runtime
+
+    pack = tmp_path / "s.fqpack"
+    manifest = pack_corpus(sample_corpus_path(), pack, chunk_rows=700)
+    n_chunks = len(manifest["chunks"])
+    assert n_chunks == 3
+    methods = "sauce,umas,msp_final,mean_agreement,cocoa"
+    want = fastuq.score(sample_corpus_path(), methods, chunk_rows=700, dtype="float64")
+
+    puts: list[int] = []  # host arrays moved by each device_put call
+    implicit: list[str] = []  # host arrays handed to a kernel
+    put, per_device = jax.device_put, runtime.per_device
+
+    def counting_put(x, *args, **kwargs):
+        leaves = jax.tree_util.tree_leaves(x)
+        host = sum(isinstance(v, np.ndarray) and v.ndim > 0 for v in leaves)
+        if host:
+            puts.append(host)
+        return put(x, *args, **kwargs)
+
+    def counting_per_device(fn, axes, **kwargs):
+        run = per_device(fn, axes, **kwargs)
+
+        def call(*args):
+            implicit.extend(kwargs.get("estimator", "?") for a in args
+                            if isinstance(a, np.ndarray) and a.ndim > 0)
+            return run(*args)
+
+        return call
+
+    monkeypatch.setattr(jax, "device_put", counting_put)
+    monkeypatch.setattr(runtime, "per_device", counting_per_device)
+    got = fastuq.score(pack, methods, dtype="float64")
+    assert implicit == []
+    assert len(puts) == n_chunks, puts
+    assert all(k >= 5 for k in puts)  # each chunk: every estimator's arrays in one call
+    for name in want.column_names:
+        assert got[name].equals(want[name]), name
