@@ -38,6 +38,7 @@ def _same_table(a, b) -> None:
             assert x.equals(y), name
 
 
+@pytest.mark.slow  # eight commands on the sample (about 15 s on 2 cores)
 def test_gate_calibrate_and_apply_from_pack_equal_parquet(tmp_path, sample_pack, capsys):
     src = sample_corpus_path()
     runs = {}
