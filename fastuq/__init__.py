@@ -35,7 +35,8 @@ _SUBMODULES = (
     "metrics", "selection", "signals", "sweeps", "fit", "synth", "gate", "replay", "report",
 )
 #: Functions of submodules, re-exported lazily (their modules import JAX on use only).
-_LAZY = {"sweep": "evaluation.sweeps", "fit_sauce": "evaluation.fit", "FitResult": "evaluation.fit"}
+_LAZY = {"sweep": "evaluation.sweeps", "fit_sauce": "evaluation.fit", "FitResult": "evaluation.fit",
+         "Pack": "engine.packed"}
 
 __all__ = [
     "ESTIMATORS",
@@ -58,6 +59,7 @@ __all__ = [
     "sweep",
     "fit_sauce",
     "FitResult",
+    "Pack",
     *_SUBMODULES,
 ]
 

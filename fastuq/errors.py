@@ -4,7 +4,7 @@ says which row of its chunk) and a run that skipped too much (:class:`TooManySki
 
 from __future__ import annotations
 
-__all__ = ["PackError", "RecordError", "TooManySkipped"]
+__all__ = ["PackError", "PackWarning", "RecordError", "TooManySkipped"]
 
 
 class RecordError(ValueError):
@@ -29,3 +29,10 @@ class PackError(ValueError):
     """A packed corpus (``fastuq pack``) refused: its manifest does not match its files, its
     source changed since it was packed, or another pack schema version wrote it. The message
     says which, and how to re-pack."""
+
+
+class PackWarning(UserWarning):
+    """A pack (``fastuq pack``) read while a file it was packed from, still at the path the
+    manifest recorded, has another size or modification time than when it was packed: the
+    pack holds the corpus as it was then. Given the source (``--source CORPUS``,
+    ``Pack(path, source=...)``), a changed source is refused instead (:class:`PackError`)."""

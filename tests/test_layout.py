@@ -265,6 +265,7 @@ FASTUQ_ALL = {
     "compute_token_entropy", "get_estimator", "lambda_kalman_forward", "majority_margin",
     "register_estimator", "sauce", "sauce_batch", "sauce_score", "score", "score_file",
     "unregister_estimator", "use_cpu_devices", "sweep", "fit_sauce", "FitResult",
+    "Pack",  # a pack opened and checked (against its source with source=)
     # submodules
     "answers", "cli", "engine", "evaluation", "importers", "io", "kernels", "metrics",
     "selection", "signals", "sweeps", "fit", "synth", "gate", "replay", "report",
@@ -335,12 +336,15 @@ PUBLIC = {
         "copy_bandwidth", "device_copy_bandwidth", "fmt_num", "fmt_si", "machine_info",
         "markdown_table", "median", "peak_rss_bytes", "reset_peak_rss", "rss_bytes",
         "time_calls"},
-    "fastuq.errors": {"PackError", "RecordError", "TooManySkipped"},
+    "fastuq.errors": {"PackError", "PackWarning", "RecordError", "TooManySkipped"},
     # the packed corpus (fastuq pack)
-    "fastuq.engine.packed": {"PackedBatch", "check_pack", "pack_corpus", "pack_source_files"},
+    "fastuq.engine.packed": {"Pack", "PackedBatch", "check_pack", "pack_corpus",
+                             "pack_source_files"},
     "fastuq.io.packfile": {
         "MANIFEST", "PACK_PREFIX", "PACK_SCHEMA_VERSION", "PackedArrays", "PackedChunk",
-        "file_sha256", "is_pack", "open_pack", "pack_chunks", "read_chunk_table"},
+        "file_sha256", "is_pack", "open_pack", "pack_chunks", "read_chunk_table",
+        # one chunk file alone (the Ray engine's unit of work); the source checks
+        "read_pack_chunk", "check_sources", "source_drift", "source_record"},
     "fastuq.io.pack": {"NodeLayout", "node_layout", "pack_lists", "pack_nodes", "pack_offsets",
                        "pack_ragged", "ragged_to_flat"},
     # the capability subpackages (added with them)
@@ -368,7 +372,9 @@ PUBLIC = {
     "fastuq.engine.runtime": {
         "DEVICES", "available_cpus", "bucket_size", "cgroup_cpu_limit", "device_scope",
         "device_split", "in_context", "local_devices", "record_splits", "scoped_platform",
-        "tune_allocator", "use_cpu_devices", "x64_scope"},
+        "tune_allocator", "use_cpu_devices", "x64_scope",
+        # a pack's chunk placed on the devices in one transfer
+        "place_batched"},
     "fastuq.engine.methods": {
         "CHECKED_NODE_COLUMNS", "available_methods", "corpus_columns", "left_out_methods",
         "method_list", "no_preset_methods", "resolve_once"},
@@ -388,7 +394,7 @@ PUBLIC = {
     "fastuq.kernels.umas": {"PER_ROUND", "umas_rounds", "umas_rounds_numpy"},
     "fastuq.engine.runner": {
         "call_kernel", "outputs_of", "prepare_estimator", "run_estimator",
-        "run_estimator_rounds"},
+        "run_estimator_rounds", "kernel_arguments", "place_plans"},
     "fastuq.engine.files": {"ProgressBar", "ScoreReport", "score_file"},
     # the black-box family's host side: word tokens, pairwise Jaccard, the similarity input
     "fastuq.signals.tokens": {"WORD", "fmix64", "text_token_ids", "word_token_ids"},

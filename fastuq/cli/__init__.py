@@ -14,9 +14,12 @@ an internal error). :func:`main` applies it to whatever a subcommand raises.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 import traceback
+import warnings
+from collections.abc import Iterator
 from importlib import metadata, resources
 from pathlib import Path
 
@@ -130,6 +133,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextlib.contextmanager
+def _pack_warnings(prog: str) -> Iterator[None]:
+    """A :class:`~fastuq.errors.PackWarning` (a pack whose source changed since, read
+    without ``--source``) printed once, as ``PROG: warning: ...`` on stderr."""
+    from fastuq.errors import PackWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("once", PackWarning)
+        shown, said = warnings.showwarning, set()
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if issubclass(category, PackWarning):
+                if str(message) not in said:  # once, whichever thread read the pack
+                    said.add(str(message))
+                    print(f"{prog}: warning: {message}", file=sys.stderr)
+                return
+            shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        yield
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``fastuq`` command; returns the exit status (0 success, 2 a usage
     or input error, 1 a run that failed: :func:`exit_status`). An error a subcommand raises
@@ -143,13 +168,14 @@ def main(argv: list[str] | None = None) -> int:
     run = importlib.import_module(COMMANDS[args.command]).run
     device = getattr(args, "device", "auto")
     try:
-        if device == "auto":  # no JAX import here (fastuq --help and import stay light)
-            return run(args)
-        from fastuq.engine.runtime import check_device, device_scope
+        with _pack_warnings(prog):
+            if device == "auto":  # no JAX import here (fastuq --help and import stay light)
+                return run(args)
+            from fastuq.engine.runtime import check_device, device_scope
 
-        check_device(device)
-        with device_scope(device):
-            return run(args)
+            check_device(device)
+            with device_scope(device):
+                return run(args)
     except Exception as exc:  # noqa: BLE001 - every error gets the one exit-status rule
         if not _expected(exc):
             traceback.print_exc()

@@ -50,6 +50,7 @@ def add_parser(sub) -> None:
                    help="print the result (file, method, estimators, protocols, held-out "
                         "metrics) as JSON on stdout instead of the table")
     cs.add_protocol(p, " when scoring")
+    cs.add_source(p)
     cs.add_dtype(p, "float64", "kernel precision when scoring (default float64)")
     cs.add_backend(p, "jax", "kernel backend when scoring (default jax)")
     cs.add_sauce_params(p, " when scoring")
@@ -78,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
 
     prog = "fastuq calibrate"
     source = Path(args.corpus)
+    cs.check_source(args, source)
     if args.folds < 2:
         return cs.fail(prog, f"--folds must be at least 2, got {args.folds}")
     rc = cli_check_outputs(prog, [source, args.params],

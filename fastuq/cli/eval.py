@@ -63,6 +63,7 @@ def add_parser(sub) -> None:
                     help="JSON of expected metrics, compared at the precision each number is "
                          "written with; prints PASS or each mismatch (exit 1)")
     cs.add_protocol(ev, " when scoring")
+    cs.add_source(ev)
     cs.add_dtype(ev, None, "kernel precision when scoring (default float64)")
     cs.add_backend(ev, None, "kernel backend when scoring (default jax)")
     cs.add_sauce_params(ev, " when scoring")
@@ -199,6 +200,7 @@ def run(args: argparse.Namespace) -> int:
     from fastuq.metrics import METRICS
 
     source = Path(args.corpus) if args.corpus else sample_corpus_path()
+    cs.check_source(args, source)
     from fastuq.io.writers import cli_check_outputs
 
     # every file read (with --scores, --skipped names the score run's list: an input) ...

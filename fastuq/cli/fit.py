@@ -59,6 +59,7 @@ def add_parser(sub) -> None:
                     help="with --stack: paired bootstrap replicates of the intervals (default "
                          "1000; 0: none)")
     cs.add_protocol(sp)
+    cs.add_source(sp)
     cs.add_dtype(sp, None, "precision (default float32; with --stack, the scoring's: "
                            "float64)")
     cs.add_device(sp)
@@ -79,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
     source = cs.corpus_source(prog, args)
     if source is None:
         return 2
+    cs.check_source(args, source)
     if args.stack:
         return _run_stack(prog, args, source)
     problem = _stack_only(args)

@@ -97,6 +97,7 @@ def add_parser(sub) -> None:
                    help="also write the numbers as JSON (the gate; with 'apply': the counts "
                         "per group)")
     cs.add_param(p)
+    cs.add_source(p)
     cs.add_noise(p)
     p.add_argument("--skipped", metavar="PATH",
                    help="skipped list of the 'score --on-error skip' run that wrote --scores")
@@ -220,6 +221,8 @@ def run(args: argparse.Namespace) -> int:
     problem = _option_problem(args, mode)
     if problem is not None:
         return cs.fail(prog, problem)
+    cs.check_source(args, {"gate": args.corpus, "calibrate": args.more[:1],
+                           "apply": args.more[1:]}[mode])
     if mode == "apply":
         return _apply(args, prog)
     return _calibrate(args, prog, mode)

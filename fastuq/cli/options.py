@@ -65,6 +65,38 @@ def add_corpus(p: argparse.ArgumentParser, verb: str) -> None:
     p.add_argument("--sample", action="store_true", help=f"{verb} the bundled sample corpus")
 
 
+def add_source(p: argparse.ArgumentParser) -> None:
+    """Add ``--source CORPUS``: when the command's corpus is a pack (``fastuq pack``), the
+    corpus it was made from, checked by :func:`check_source`."""
+    p.add_argument("--source", metavar="CORPUS",
+                   help="when the corpus is a pack (fastuq pack): the corpus it was made "
+                        "from; the pack is refused (exit 2, naming the file that changed) "
+                        "unless every file of it has the size and SHA-256 the pack recorded")
+
+
+def check_source(args: argparse.Namespace, corpus) -> None:
+    """With ``--source`` (:func:`add_source`): ``corpus`` (a path, or a one-path list) must
+    be a pack, and the source the one it was made from (sizes and SHA-256 of its files).
+
+    Raises:
+      PackError: the pack does not match its files or its source (which file changed, and
+        how); ValueError: ``--source`` with a corpus that is not a pack.
+    """
+    source = getattr(args, "source", None)
+    if source is None:
+        return
+    if isinstance(corpus, (list, tuple)):
+        corpus = corpus[0] if len(corpus) == 1 else None
+    from fastuq.io.packfile import is_pack
+
+    if corpus is None or not is_pack(corpus):
+        raise ValueError(f"--source names the corpus a pack was made from; {corpus} is not a "
+                         "pack (fastuq pack CORPUS -o PACK makes one)")
+    from fastuq.engine.packed import check_pack
+
+    check_pack(corpus, source=source)
+
+
 def add_protocol(p: argparse.ArgumentParser, when: str = "") -> None:
     """Add ``--protocol`` (``when``: e.g. ``" when scoring"``)."""
     p.add_argument("--protocol",

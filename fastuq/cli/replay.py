@@ -68,6 +68,7 @@ def add_parser(sub) -> None:
                         "answers given in rounds 0..t (nodes; for teams that prune agents)")
     cs.add_param(p)
     cs.add_protocol(p)
+    cs.add_source(p)
     cs.add_dtype(p, "float64", help="float dtype of the estimators (default float64)")
     cs.add_backend(p, "jax")
     cs.add_noise(p)
@@ -134,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
     source = cs.corpus_source(prog, args)
     if source is None:
         return 2
+    cs.check_source(args, source)
     rc = cli_check_outputs(prog, [source], [("-o", args.output, "parquet"),
                                             ("--plot", args.plot, "png")])
     if rc is not None:

@@ -46,6 +46,7 @@ def add_parser(sub) -> None:
     p.add_argument("--name", help="the corpus's name on the page (default: its file name)")
     p.add_argument("--title", help="the page title (default: 'fastuq report: NAME')")
     cs.add_protocol(p)
+    cs.add_source(p)
     cs.add_dtype(p, "float64", "scoring precision (default float64, as fastuq eval)")
     cs.add_backend(p, "jax", "kernel backend (default jax)")
     cs.add_sauce_params(p)
@@ -121,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
 
     prog = "fastuq report"
     source = Path(args.corpus) if args.corpus else sample_corpus_path()
+    cs.check_source(args, source)
     out = Path(args.output)
     if not out.name.lower().endswith((".html", ".htm")):
         return cs.fail(prog, f"cannot write {out}: a report is HTML; name it {out.stem}.html")

@@ -43,6 +43,7 @@ def add_parser(sub) -> None:
                          "STACK.json from 'fastuq fit --stack') scores the stack's inputs "
                          "with the parameters it records, then writes its column")
     cs.add_protocol(sc)
+    cs.add_source(sc)
     cs.add_sauce_params(sc)
     cs.add_params(sc)
     cs.add_param(sc)
@@ -272,6 +273,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{prog}: -o/--output is required with INPUT", file=sys.stderr)
         return 2
     source = sample_corpus_path() if sample else Path(args.input)
+    cs.check_source(args, source)
     problem = _option_problem(args)
     if problem is not None:
         return cs.fail(prog, problem)
@@ -340,6 +342,7 @@ def _run_ray(args: argparse.Namespace, prog: str) -> int:
     if problem is not None:
         return cs.fail(prog, problem)
     try:
+        cs.check_source(args, args.input)
         params, per_protocol = cs.sauce_overrides(args)
         _check_param_values(args, params)
     except (ValueError, TypeError, FileNotFoundError) as exc:

@@ -24,6 +24,7 @@ def add_parser(sub) -> None:
     p.add_argument("input", help="labelled corpus (needs question_id and correct)")
     p.add_argument("--method", default="all", help="estimators, comma-separated, or all")
     cs.add_protocol(p)
+    cs.add_source(p)
     p.add_argument("--json", metavar="OUT", help="also write the numbers as JSON")
     cs.add_options(p, output=False)
 
@@ -35,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
 
     prog = "fastuq select"
     source = Path(args.input)
+    cs.check_source(args, source)
     rc = cli_check_outputs(prog, [source], [("--json", args.json, "json"),
                                             ("--skipped", cs.skip_output(args, source),
                                              "jsonl")])

@@ -37,6 +37,7 @@ def add_parser(sub) -> None:
     sp.add_argument("-o", "--output", help="output Parquet file, one row per grid point")
     sp.add_argument("--plot", metavar="PNG", help="heatmap of the first metric (needs matplotlib)")
     cs.add_protocol(sp)
+    cs.add_source(sp)
     cs.add_dtype(sp, "float32", "scoring and ranking precision (default float32, ample for "
                                 "ranking)")
     sp.add_argument("--chunk-points", type=int,
@@ -89,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
     source = cs.corpus_source(prog, args)
     if source is None:
         return 2
+    cs.check_source(args, source)
     try:
         grid = _grid(args)
         metrics = tuple(m.strip() for m in args.metric.split(",") if m.strip())

@@ -1,13 +1,16 @@
 """A packed input that lives on the device: the one type that the runtime
 (:func:`fastuq.engine.runtime.run_bucketed`, which hands it to a kernel as it is) and the
 device packer (:mod:`fastuq.engine.device_pack`, which builds it) share. It sits below both,
-so that neither imports the other for it."""
+so that neither imports the other for it. :class:`PlacedArray` is a host input placed on the
+devices ahead of its kernel, in the layout the kernel's bucket takes
+(:func:`fastuq.engine.runtime.place_batched`: a pack's chunk, all its inputs in one
+transfer)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["DeviceArray"]
+__all__ = ["DeviceArray", "PlacedArray"]
 
 
 class DeviceArray:
@@ -52,3 +55,45 @@ class DeviceArray:
 
     def __repr__(self) -> str:
         return f"DeviceArray(shape={self.shape}, dtype={self.dtype}, padded={self.padded.shape})"
+
+
+class PlacedArray:
+    """A host input placed on the devices ahead of its kernel, laid out as
+    :func:`~fastuq.engine.runtime.run_bucketed` lays out one bucket: padded on its batch
+    axis to ``width``, its trajectories dealt over ``devices`` devices
+    (:func:`~fastuq.engine.runtime.device_split`) and sharded over them.
+
+    ``host`` is the unpadded host array (``[T, n]`` for a per-round input; what
+    :func:`numpy.asarray` gives and the NumPy kernels take), ``placed`` the device array;
+    :meth:`fits` says whether a kernel call of ``n`` trajectories in a bucket of ``width``
+    over ``devices`` devices takes it as it is.
+    """
+
+    __slots__ = ("devices", "host", "n", "placed", "width")
+
+    def __init__(self, host: np.ndarray, placed, n: int, width: int, devices: int) -> None:
+        self.host, self.placed = host, placed
+        self.n, self.width, self.devices = int(n), int(width), int(devices)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.host.shape)
+
+    @property
+    def ndim(self) -> int:
+        return self.host.ndim
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.host.dtype)
+
+    def fits(self, n: int, width: int, devices: int) -> bool:
+        """Whether it is ``n`` trajectories in a bucket of ``width`` over ``devices``."""
+        return self.n == n and self.width == width and self.devices == devices
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        return self.host if dtype is None else self.host.astype(dtype)
+
+    def __repr__(self) -> str:
+        return (f"PlacedArray(shape={self.shape}, dtype={self.dtype}, width={self.width}, "
+                f"devices={self.devices})")

@@ -470,9 +470,7 @@ def _entropy_device(batch, a: DeviceArray, mask: DeviceArray) -> DeviceArray | N
     if batch._present("token_entropy"):
         col = batch.column("token_entropy")
     elif batch._present("topk_logprobs"):
-        from fastuq.signals import token_entropy_from_topk
-
-        col = token_entropy_from_topk(batch.column("topk_logprobs"), ids=batch.ids)[1]
+        col = batch.topk_entropies()[1]  # the pass the host path shares, once per chunk
     elif batch.observation_noise is not None:
         noise = np.asarray(batch.dtype.type(batch.observation_noise))
         if not (np.isfinite(noise) and noise >= 0):

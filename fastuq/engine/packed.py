@@ -37,9 +37,10 @@ from fastuq.io.packfile import (
     PackedArrays,
     file_sha256,
     open_pack,
+    source_record,
 )
 
-__all__ = ["PackedBatch", "check_pack", "pack_corpus", "pack_source_files"]
+__all__ = ["Pack", "PackedBatch", "check_pack", "pack_corpus", "pack_source_files"]
 
 #: Corpus columns stored only as the inputs derived from them.
 DERIVED_ONLY = ("topk_logprobs",)
@@ -101,6 +102,49 @@ class _HashingSink:
 
     def close(self) -> None:  # the caller closes the file
         self.closed = True
+
+
+class Pack(os.PathLike):
+    """A pack (``fastuq pack``) opened and checked, to pass wherever a corpus path goes
+    (``fastuq.score(Pack("corpus.fqpack", source="corpus.parquet"), "sauce")``, the
+    readers, ``fastuq.ray.score_dataset``, ...): it is the pack's path (``os.fspath``).
+
+    Args:
+      path: the pack folder.
+      source: the corpus it was made from (a file, a folder or a list of them): each of its
+        files must have the size and SHA-256 the manifest recorded, else the pack is
+        refused (:class:`~fastuq.errors.PackError`, naming the file and whether its size or
+        its content changed). Without it, a source file still at its recorded path with
+        another size or modification time gives a :class:`~fastuq.errors.PackWarning`.
+      verify: also check every chunk file's SHA-256 against the manifest.
+
+    Attributes:
+      path: the folder; manifest: the manifest (``dict``); rows: its trajectories.
+
+    Raises:
+      PackError: the manifest does not match the pack's files, another schema version
+        wrote it, or the source changed.
+    """
+
+    def __init__(self, path: str | os.PathLike, *,
+                 source: str | os.PathLike | Sequence | None = None,
+                 verify: bool = False) -> None:
+        self.path = Path(path)
+        self.manifest = check_pack(self.path, source=source, verify=verify)
+
+    @property
+    def rows(self) -> int:
+        """The pack's trajectories."""
+        return int(self.manifest["rows"])
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def __repr__(self) -> str:
+        return f"Pack({str(self.path)!r}, rows={self.rows:,})"
 
 
 def _by_trajectory(arr: np.ndarray) -> pa.FixedSizeListArray:
@@ -365,8 +409,7 @@ def pack_corpus(
             "format": "fastuq-pack", "schema_version": PACK_SCHEMA_VERSION,
             "fastuq_version": version, "rows": sum(c["rows"] for c in chunks),
             "chunk_rows": chunk_rows, "math": bool(math), "checks": list(CHECKS),
-            "sources": [{"path": str(f), "bytes": f.stat().st_size, "sha256": h}
-                        for f, h in zip(files, hashes, strict=True)],
+            "sources": [source_record(f, h) for f, h in zip(files, hashes, strict=True)],
             "source_bytes": source_bytes, "pack_bytes": pack_bytes,
             "protocols": sorted(protocols),
             "buckets": {"rounds": sorted(rounds), "agent_slots": sorted(slots)},

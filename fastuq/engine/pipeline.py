@@ -434,7 +434,7 @@ def _prepared(chunks: Iterator, seen: SeenIds, *, methods, protocol, params, dty
     kernels score the chunk before (whole-array NumPy and Arrow work, which releases the
     GIL). The first problem raises, as the kernels' order would: ids, then each method's
     inputs in method order."""
-    from fastuq.engine.runner import prepare_estimator
+    from fastuq.engine.runner import place_plans, prepare_estimator
 
     resolved: tuple[str, ...] | None = None
     for chunk in chunks:
@@ -459,6 +459,8 @@ def _prepared(chunks: Iterator, seen: SeenIds, *, methods, protocol, params, dty
             est = get_estimator(m)
             own = {k: v for k, v in params.items() if k in est.param_names}
             plans.append((est, prepare_estimator(est, batch, params=own, protocol=protocol)))
+        if backend == "jax" and getattr(chunk, "packed", None) is not None:
+            plans = place_plans(plans, batch.n, batch.dtype)  # a pack's chunk: one transfer
         if batch_columns is not None:
             keep = {"trajectory_id", *batch_columns}
             batch.table = table.select([c for c in table.column_names if c in keep])

@@ -14,13 +14,14 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from fastuq.engine.batch import Batch
+from fastuq.engine.device_array import PlacedArray
 from fastuq.engine.inputs import INPUTS, Context
 from fastuq.engine.memory import check_memory
 from fastuq.engine.registry import Estimator, get_estimator
 from fastuq.engine.runtime import run_bucketed
 
-__all__ = ["call_kernel", "outputs_of", "prepare_estimator", "run_estimator",
-           "run_estimator_rounds"]
+__all__ = ["call_kernel", "kernel_arguments", "outputs_of", "place_plans",
+           "prepare_estimator", "run_estimator", "run_estimator_rounds"]
 
 #: Padding of a per-trajectory parameter array in a chunk's unused slots (inside every
 #: built-in estimator's bounds; padded slots have no valid round or node anyway).
@@ -96,13 +97,43 @@ def call_kernel(
         return outputs_of(est, est.kernel_fn("numpy")(*inputs, **present, **params))
     # checks the backend; import errors before the bucketed loop
     est.per_round_fn(backend) if per_round else est.kernel_fn(backend)
-    batched = [(x, INPUTS[name].axis, INPUTS[name].fill)
-               for name, x in zip(est.inputs, inputs, strict=True)]
-    batched += [(x, INPUTS[name].axis, INPUTS[name].fill) for name, x in present.items()]
-    batched += [(np.asarray(v), 0, PARAM_FILL) for v in params.values()]
+    batched = kernel_arguments(est, inputs, present, params)
     return run_bucketed(_apply, batched, n, dtype, chunk_size, estimator=est.name,
                         n_inputs=len(est.inputs), optional=tuple(present),
                         params=tuple(params), per_round=per_round)
+
+
+def kernel_arguments(est: Estimator, inputs: Sequence, optional: Mapping,
+                     params: Mapping) -> list[tuple]:
+    """``(array, batch_axis, pad_fill)`` of each argument of ``est``'s JAX kernel, in order:
+    its inputs, the optional ones present (``None``: absent), its parameters."""
+    batched = [(x, INPUTS[name].axis, INPUTS[name].fill)
+               for name, x in zip(est.inputs, inputs, strict=True)]
+    batched += [(x, INPUTS[name].axis, INPUTS[name].fill) for name, x in optional.items()
+                if x is not None]
+    batched += [(v if isinstance(v, PlacedArray) else np.asarray(v), 0, PARAM_FILL)
+                for v in params.values()]
+    return batched
+
+
+def place_plans(plans: Sequence[tuple], n: int, dtype: np.dtype) -> list[tuple]:
+    """The prepared estimators of one chunk (``(est, (inputs, optional, values))`` each, as
+    :func:`prepare_estimator` returns them) with every input and per-trajectory parameter
+    placed on the devices in one transfer (:func:`~fastuq.engine.runtime.place_batched`),
+    for :func:`call_kernel` with the JAX backend. A pack's chunk is scored so."""
+    from fastuq.engine.runtime import place_batched
+
+    groups = [kernel_arguments(est, inputs, optional, values)
+              for est, (inputs, optional, values) in plans]
+    placed = place_batched(groups, n, dtype)
+    out = []
+    for (est, (inputs, optional, values)), args in zip(plans, placed, strict=True):
+        it = iter([x for x, _, _ in args])
+        new_inputs = [next(it) for _ in inputs]
+        new_optional = {k: (None if v is None else next(it)) for k, v in optional.items()}
+        new_values = {k: next(it) for k in values}
+        out.append((est, (new_inputs, new_optional, new_values)))
+    return out
 
 
 def run_estimator(

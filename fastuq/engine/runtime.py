@@ -22,11 +22,11 @@ import math
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
-from fastuq.engine.device_array import DeviceArray
+from fastuq.engine.device_array import DeviceArray, PlacedArray
 from fastuq.engine.host import (
     MMAP_THRESHOLD,
     TRIM_THRESHOLD,
@@ -40,7 +40,7 @@ from fastuq.engine.host import (
 
 __all__ = ["DEVICES", "MMAP_THRESHOLD", "TRIM_THRESHOLD", "available_cpus", "bucket_size",
            "cgroup_cpu_limit", "default_cpu_devices", "device_scope", "device_split",
-           "in_context", "local_devices", "record_splits", "release_memory",
+           "in_context", "local_devices", "place_batched", "record_splits", "release_memory",
            "scoped_platform", "tune_allocator", "use_cpu_devices", "x64_scope"]
 
 #: What ``device=`` / ``--device`` accept: ``"auto"`` (JAX's default backend: a GPU when
@@ -409,17 +409,22 @@ def run_bucketed(
     elements = _elements(batched)
     fixed = None
     if n <= chunk_size:  # one bucket: device-packed inputs of that width go as they are
-        # The device packer chose their bucket already: the other inputs follow it.
+        # The device packer (or place_batched) chose their bucket already: the other
+        # inputs follow it.
         packed = {x.padded.shape[x.axis] for x, _, _ in batched
                   if isinstance(x, DeviceArray) and x.n == n}
+        packed |= {x.width for x, _, _ in batched
+                   if isinstance(x, PlacedArray) and x.n == n and x.devices == ndev}
         if len(packed) == 1 and (w := packed.pop()) >= n and w % ndev == 0:
             fixed = w
         width = fixed or bucket_size(n, chunk_size, devices=ndev, elements=elements)
-        batched = [(x if not isinstance(x, DeviceArray) or x.fits(n, width) else np.asarray(x),
+        batched = [(x if not isinstance(x, (DeviceArray, PlacedArray))
+                    or (x.fits(n, width) if isinstance(x, DeviceArray)
+                        else x.fits(n, width, ndev)) else np.asarray(x),
                     axis, fill) for x, axis, fill in batched]
     else:
-        batched = [(np.asarray(x) if isinstance(x, DeviceArray) else x, axis, fill)
-                   for x, axis, fill in batched]
+        batched = [(np.asarray(x) if isinstance(x, (DeviceArray, PlacedArray)) else x, axis,
+                    fill) for x, axis, fill in batched]
     axes = tuple(None if x.ndim == 0 else axis for x, axis, _ in batched)
     out: dict[str, np.ndarray] = {}
     with x64_scope(dtype):
@@ -432,6 +437,9 @@ def run_bucketed(
                 _warn_unsplit(size, ndev)
             args = []
             for x, axis, fill in batched:
+                if isinstance(x, PlacedArray):  # in this bucket's layout already
+                    args.append(x.placed)
+                    continue
                 if isinstance(x, DeviceArray):
                     part = _split_device(x.padded, axis, offsets, s)
                 elif x.ndim == 0:
@@ -460,6 +468,55 @@ def run_bucketed(
                     out[name][_block(axis, value.ndim, start + lo, start + hi)] = (
                         value[_block(axis, value.ndim, k * s, k * s + hi - lo)])
     return out
+
+
+def place_batched(groups: Sequence[Sequence[tuple]], n: int, dtype: np.dtype,
+                  chunk_size: int = 1 << 20) -> list[list[tuple]]:
+    """Place the batched inputs of several kernel calls over the same ``n`` trajectories on
+    the devices in **one** transfer (one ``jax.device_put`` of the list of them), each laid
+    out as :func:`run_bucketed` lays out their common bucket, so that each call takes them
+    as they are (a pack's chunk: every estimator's inputs at once).
+
+    Args:
+      groups: per kernel call, its ``(array, batch_axis, pad_fill)`` arguments as
+        :func:`run_bucketed` takes them; a host array given to several calls (a round mask)
+        is placed once.
+      n, dtype: trajectories and the float dtype (placed under the kernels' x64 scope, so
+        the arrays get the types the kernel call would give them); chunk_size: as
+        :func:`run_bucketed` (more than one bucket: nothing is placed).
+
+    Returns:
+      ``groups`` with each host array of a batch axis replaced by a
+      :class:`~fastuq.engine.device_array.PlacedArray` (0-d parameters and device arrays
+      as they were). The bucket is that of the largest input (padding changes no score).
+    """
+    import jax
+
+    if n > chunk_size or n < 1:
+        return [list(g) for g in groups]
+    devices = local_devices()
+    ndev = len(devices)
+    todo: dict[tuple, tuple] = {}
+    for group in groups:
+        for x, axis, fill in group:
+            if isinstance(x, np.ndarray) and x.ndim:
+                todo.setdefault((id(x), axis, repr(fill)), (x, axis, fill))
+    if not todo:
+        return [list(g) for g in groups]
+    width = bucket_size(n, chunk_size, devices=ndev, elements=_elements(todo.values()))
+    offsets, s = device_split(n, width, ndev)
+    parts = [_pad_split(x, axis, 0, offsets, s, fill) for x, axis, fill in todo.values()]
+    shardings = [batch_sharding(width, part.ndim, axis)
+                 for part, (_, axis, _) in zip(parts, todo.values(), strict=True)]
+    with x64_scope(dtype):
+        if any(sh is None for sh in shardings):
+            placed = jax.device_put(parts, devices[0])  # one device (or no even split)
+        else:
+            placed = jax.device_put(parts, shardings)
+    done = {key: PlacedArray(x, dev, n, width, ndev)
+            for (key, (x, _, _)), dev in zip(todo.items(), placed, strict=True)}
+    return [[(done.get((id(x), axis, repr(fill)), x), axis, fill) for x, axis, fill in group]
+            for group in groups]
 
 
 _PER_DEVICE: dict = {}

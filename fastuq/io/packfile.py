@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,10 +31,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from fastuq.errors import PackError
+from fastuq.errors import PackError, PackWarning
 
 __all__ = ["MANIFEST", "PACK_PREFIX", "PACK_SCHEMA_VERSION", "PackedArrays", "PackedChunk",
-           "file_sha256", "is_pack", "open_pack", "pack_chunks", "read_chunk_table"]
+           "check_sources", "file_sha256", "is_pack", "open_pack", "pack_chunks",
+           "read_chunk_table", "read_pack_chunk", "source_drift", "source_record"]
 
 #: Version of the pack layout; a pack written with another one is refused.
 PACK_SCHEMA_VERSION = 1
@@ -138,6 +140,10 @@ def open_pack(path: str | os.PathLike, *,
       verify: also check each chunk file's SHA-256 (reads every byte; without it, sizes
         and row counts are checked).
 
+    Without ``source_files``, a cheap check (one ``stat`` per source file,
+    :func:`source_drift`): a source file still at the path it was packed from whose size or
+    modification time changed gives a :class:`~fastuq.errors.PackWarning`.
+
     Raises:
       PackError: another schema version, a chunk file missing or of another size, rows or
         hash; a source that changed.
@@ -166,20 +172,85 @@ def open_pack(path: str | os.PathLike, *,
             raise _refuse(pack, f"chunk file {c['file']} does not have the manifest's "
                           "SHA-256")
     if source_files is not None:
-        files = [Path(f) for f in source_files]
-        recorded = manifest["sources"]
-        if len(files) != len(recorded):
-            raise _refuse(pack, f"the source has {len(files)} files, the pack was made from "
-                          f"{len(recorded)}")
-        for f, rec in zip(files, recorded, strict=True):
-            size = f.stat().st_size
-            if size != rec["bytes"] or file_sha256(f) != rec["sha256"]:
-                raise _refuse(pack, f"source file {f} changed since it was packed (now "
-                              f"{size} bytes, packed from {rec['bytes']} bytes with another "
-                              "content)" if size != rec["bytes"] else
-                              f"source file {f} changed since it was packed (its SHA-256 "
-                              "differs)")
+        check_sources(pack, manifest, source_files)
+    else:
+        for why in source_drift(manifest):
+            warnings.warn(PackWarning(f"{pack}: {why}; the pack holds the corpus as it was "
+                                      "when packed (give the source, --source CORPUS, to "
+                                      "refuse a changed one; or re-pack it: fastuq pack "
+                                      f"SOURCE -o {pack})"), stacklevel=3)
     return manifest
+
+
+def source_record(path: str | os.PathLike, sha256: str | None = None) -> dict:
+    """What a manifest records of a source file: the path as given, its absolute path, its
+    size, modification time (ns) and SHA-256 (``sha256`` when the caller hashed it already,
+    else read here)."""
+    p = Path(path)
+    st = p.stat()
+    return {"path": str(p), "resolved": str(p.resolve()), "bytes": st.st_size,
+            "mtime_ns": st.st_mtime_ns, "sha256": sha256 or file_sha256(p)}
+
+
+#: ``{(absolute source path, recorded SHA-256): (size, mtime_ns)}`` of the source files
+#: :func:`check_sources` found unchanged in this process (by content): :func:`source_drift`
+#: does not warn of a file that still has that size and time.
+_VERIFIED: dict[tuple[str, str], tuple[int, int]] = {}
+
+
+def check_sources(pack: str | os.PathLike, manifest: Mapping,
+                  source_files: Sequence[str | os.PathLike]) -> None:
+    """Check the files of the corpus a pack was made from against its manifest: as many
+    files, each of the size and SHA-256 recorded (reads every byte of them).
+
+    Raises:
+      PackError: naming the file that changed and how (its size, or its SHA-256), and how
+        to re-pack.
+    """
+    pack = Path(pack)
+    files = [Path(f) for f in source_files]
+    recorded = manifest["sources"]
+    if len(files) != len(recorded):
+        raise _refuse(pack, f"the source has {len(files)} files, the pack was made from "
+                      f"{len(recorded)}")
+    for f, rec in zip(files, recorded, strict=True):
+        st = f.stat()
+        if st.st_size != rec["bytes"]:
+            raise _refuse(pack, f"source file {f} changed since it was packed (now "
+                          f"{st.st_size} bytes, packed from {rec['bytes']} bytes)")
+        if file_sha256(f) != rec["sha256"]:
+            raise _refuse(pack, f"source file {f} changed since it was packed (same size, "
+                          "another SHA-256)")
+        _VERIFIED[(str(f.resolve()), rec["sha256"])] = (st.st_size, st.st_mtime_ns)
+
+
+def source_drift(manifest: Mapping) -> list[str]:
+    """What a cheap look (one ``stat`` each, no hashing) says of the files a pack was made
+    from: for each one still at its recorded absolute path, a line when its size differs
+    from the recorded one (it changed) or, the size the same, its modification time (it
+    may have). A file no longer there says nothing (a pack stands alone: its source may be
+    moved or deleted); so does one that :func:`check_sources` found unchanged, by content,
+    in this process at its present size and time; and a pack that recorded no absolute
+    path or time (made before they were recorded) is checked by size only where its path
+    is absolute."""
+    out = []
+    for rec in manifest.get("sources", ()):
+        where = rec.get("resolved") or rec["path"]
+        if not os.path.isabs(where):
+            continue
+        try:
+            st = os.stat(where)
+        except OSError:
+            continue
+        if _VERIFIED.get((where, rec["sha256"])) == (st.st_size, st.st_mtime_ns):
+            continue
+        if st.st_size != rec["bytes"]:
+            out.append(f"source file {where} changed since it was packed (now "
+                       f"{st.st_size} bytes, packed from {rec['bytes']} bytes)")
+        elif "mtime_ns" in rec and st.st_mtime_ns != rec["mtime_ns"]:
+            out.append(f"source file {where} was modified since it was packed (same size; "
+                       "its content may differ)")
+    return out
 
 
 def read_chunk_table(pack: Path, entry: Mapping) -> pa.Table:
@@ -204,27 +275,40 @@ def pack_chunks(path: str | os.PathLike, *, columns: Sequence[str] | None = None
     asked for."""
     pack = Path(path)
     manifest = open_pack(pack) if manifest is None else manifest
-    for entry in manifest["chunks"]:
-        table = read_chunk_table(pack, entry)
-        corpus = [c for c in table.column_names if not c.startswith(PACK_PREFIX)]
-        packed_cols = [c for c in table.column_names if c.startswith(PACK_PREFIX)]
-        present = set(entry["present"])
-        derived = set(manifest.get("derived_only", ()))
-        if columns is None:
-            wanted = corpus
-            asked_derived = derived
-        else:
-            known = set(corpus) | derived
-            for c in columns:
-                if c != "trajectory_id" and c not in known:
-                    raise ValueError(f"{pack}: no column {c!r} (columns: {', '.join(corpus)})")
-            asked = ["trajectory_id", *columns, *optional_columns]
-            wanted = [c for c in dict.fromkeys(asked) if c in corpus]
-            asked_derived = derived & set(asked)
-        arrays = PackedArrays(table.select(packed_cols), frozenset(present),
-                              int(entry["n_slots"]), bool(manifest.get("math", False)),
-                              entry["shapes"], entry["deps"], int(entry["topk_slots"]),
-                              frozenset(asked_derived),
-                              frozenset(entry.get("checked_rounds", ())))
-        yield PackedChunk(entry["row0"], table.select(wanted), entry["source"],
-                          entry["source_row0"], arrays)
+    for index in range(len(manifest["chunks"])):
+        yield read_pack_chunk(pack, manifest, index, columns=columns,
+                              optional_columns=optional_columns)
+
+
+def read_pack_chunk(path: str | os.PathLike, manifest: Mapping, index: int, *,
+                    columns: Sequence[str] | None = None,
+                    optional_columns: Sequence[str] = ()) -> PackedChunk:
+    """Chunk ``index`` of the pack at ``path`` (whose manifest, from :func:`open_pack`, is
+    ``manifest``), memory-mapped, with its packed arrays: one chunk file read alone (what
+    a worker of :mod:`fastuq.ray` scores). ``columns`` / ``optional_columns``: as
+    :func:`pack_chunks`."""
+    pack = Path(path)
+    entry = manifest["chunks"][index]
+    table = read_chunk_table(pack, entry)
+    corpus = [c for c in table.column_names if not c.startswith(PACK_PREFIX)]
+    packed_cols = [c for c in table.column_names if c.startswith(PACK_PREFIX)]
+    present = set(entry["present"])
+    derived = set(manifest.get("derived_only", ()))
+    if columns is None:
+        wanted = corpus
+        asked_derived = derived
+    else:
+        known = set(corpus) | derived
+        for c in columns:
+            if c != "trajectory_id" and c not in known:
+                raise ValueError(f"{pack}: no column {c!r} (columns: {', '.join(corpus)})")
+        asked = ["trajectory_id", *columns, *optional_columns]
+        wanted = [c for c in dict.fromkeys(asked) if c in corpus]
+        asked_derived = derived & set(asked)
+    arrays = PackedArrays(table.select(packed_cols), frozenset(present),
+                          int(entry["n_slots"]), bool(manifest.get("math", False)),
+                          entry["shapes"], entry["deps"], int(entry["topk_slots"]),
+                          frozenset(asked_derived),
+                          frozenset(entry.get("checked_rounds", ())))
+    return PackedChunk(entry["row0"], table.select(wanted), entry["source"],
+                       entry["source_row0"], arrays)

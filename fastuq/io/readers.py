@@ -289,7 +289,7 @@ def folder_files(path: Path) -> list[Path]:
     own; a pack is read only as a whole, given alone)."""
     if is_pack(path):
         raise ValueError(f"{path}: a fastuq pack is read only as a whole: pass it alone (not "
-                         "in a list, a glob or to --engine ray)")
+                         "in a list or a glob)")
     files = sorted(p for p in path.rglob("*") if p.is_file() and is_corpus_file(p))
     if not files:
         raise ValueError(f"{path}: no corpus files (Parquet, Arrow IPC, JSON Lines)")

@@ -2,6 +2,8 @@
 read them, with the provenance columns added.
 
 * :func:`corpus_files` lists a source's corpus files (a file, folder, glob or list);
+  :func:`pack_path` recognizes a pack (``fastuq pack``) given alone, whose work items
+  :func:`read_pack` makes: one per chunk file, which the scoring actor memory-maps itself;
 * :func:`read_corpus` makes them a Ray Dataset, one read task per file, each reading the
   file's chunks with :func:`fastuq.io.readers.iter_chunks` and adding the columns of
   :mod:`fastuq.ray.shared` (file, row, chunk, conforming's refusals, the chunk's columns)
@@ -29,6 +31,7 @@ from fastuq.ray.shared import (
     COLUMNS,
     DATASET_SOURCE,
     FILE,
+    PACK_CHUNK,
     PROBLEM,
     ROW,
     Carried,
@@ -68,6 +71,29 @@ def corpus_files(source: str | os.PathLike | Sequence[str | os.PathLike]) -> lis
             raise ValueError(f"{source}: no corpus files (Parquet, Arrow IPC, JSON Lines)")
         return files
     raise FileNotFoundError(f"{path}: no such file")
+
+
+def pack_path(source: Any) -> Path | None:
+    """The pack folder when ``source`` is a pack (``fastuq pack``) given alone, as a path
+    (or a :class:`fastuq.engine.packed.Pack`); ``None`` otherwise. A pack inside a list or
+    a glob is refused by :func:`corpus_files`."""
+    from fastuq.io.packfile import is_pack
+
+    if isinstance(source, (str, os.PathLike)) and is_pack(source):
+        return Path(source)
+    return None
+
+
+def read_pack(n_chunks: int) -> ray.data.Dataset:
+    """A pack's work items as a Ray Dataset: one block per chunk file, holding the one row
+    ``{PACK_CHUNK: index}``, in order. The scoring actor memory-maps the chunk file itself
+    (on a cluster, from the file system every node mounts): the chunk's columns and packed
+    arrays never pass through the object store."""
+    import ray.data
+
+    blocks = [pa.table({PACK_CHUNK: pa.array([k], pa.int64())}) for k in range(n_chunks)]
+    return ray.data.from_arrow(blocks) if blocks else ray.data.from_arrow(
+        pa.table({PACK_CHUNK: pa.array([], pa.int64())}))
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fastuq.ray.corpus import ReadPlan, canonical, corpus_files, foreign_ids, read_corpus
-from fastuq.ray.repeats import find_repeats
+from fastuq.ray.corpus import (
+    ReadPlan,
+    canonical,
+    corpus_files,
+    foreign_ids,
+    pack_path,
+    read_corpus,
+    read_pack,
+)
+from fastuq.ray.repeats import Repeats, find_repeats
 from fastuq.ray.scorer import (
     ChunkScorer,
     ScorerConfig,
@@ -61,9 +69,10 @@ class RayScores:
     stages: dict[str, float] = field(default_factory=dict)
 
 
-def _first_chunks(source, files: list[str] | None, columns: list[str] | None,
+def _first_chunks(source, files: list[str] | str | None, columns: list[str] | None,
                   chunk_rows: int, skip: bool) -> Iterator:
-    """The corpus's chunks in order, read on the driver (only the first is usually needed)."""
+    """The corpus's chunks in order, read on the driver (only the first is usually needed);
+    ``files``: the corpus files, or a pack's folder (read in its own chunks)."""
     from fastuq.io.readers import Chunk, iter_chunks
 
     if files is not None:
@@ -162,8 +171,11 @@ def score_dataset(
     Args:
       source: corpus files: a file, a folder, a glob pattern or a list of them (read by
         :func:`fastuq.io.readers.iter_chunks`, one Ray read task per file, so the chunks,
-        row numbers and messages are the single-process run's); or a ``ray.data.Dataset``
-        (see the module docstring for what it is named by).
+        row numbers and messages are the single-process run's); a pack (``fastuq pack``,
+        given alone: one task per chunk file, which the scoring actor memory-maps, in the
+        chunks it was packed in, ``chunk_rows`` aside; its ids were checked unique when it
+        was packed, so no id pass runs); or a ``ray.data.Dataset`` (see the module
+        docstring for what it is named by).
       methods, protocol, dtype, backend, observation_noise, math, check, params: as
         :func:`fastuq.score` (``params``: estimator parameters such as ``lam=``; an unknown
         name is a TypeError, one no method takes a ValueError).
@@ -197,8 +209,17 @@ def score_dataset(
     check_params(params, None if names == ["all"] else names)
     skip = on_error == "skip"
     foreign = isinstance(source, ray.data.Dataset)
-    files = None if foreign else corpus_files(source)
-    columns = corpus_columns(methods, params, None if foreign else files, check)
+    pack = None if foreign else pack_path(source)
+    manifest = None
+    if pack is not None:  # its manifest checked against its files once, here
+        from fastuq.io.packfile import open_pack
+
+        manifest = open_pack(pack)
+        files = None
+    else:
+        files = None if foreign else corpus_files(source)
+    columns = corpus_columns(methods, params, str(pack) if pack is not None
+                             else None if foreign else files, check)
     if not ray.is_initialized():
         ray.init()
     num_gpus, n_actors = _pool(num_gpus, actors, cpus_per_actor)
@@ -213,8 +234,8 @@ def score_dataset(
             source = source.select_columns(
                 sauce_source_columns(wanted, have) if is_sauce(have)
                 else [c for c in have if c in set(wanted)])
-        with contextlib.closing(_first_chunks(source, files, columns, chunk_rows,
-                                              skip)) as chunks:
+        with contextlib.closing(_first_chunks(source, files if pack is None else str(pack),
+                                              columns, chunk_rows, skip)) as chunks:
             resolved, left_out, extras = _resolve_first(
                 chunks, methods, params, skip=skip, observation_noise=observation_noise,
                 kw=kw)
@@ -222,33 +243,42 @@ def score_dataset(
             resolved = tuple(m for m in names if m != "all")
         outputs = tuple(o for m in resolved for o in get_estimator(m).outputs)
         stages = {"resolve": time.perf_counter() - start}
-        if foreign:
-            n_rows = None
-            ids = source.map_batches(foreign_ids, batch_format="pyarrow", batch_size=None)
+        if pack is not None:  # its ids were checked unique across the corpus when packed
+            repeats = Repeats()
         else:
-            n_rows = count_rows(files)  # from the Parquet / Arrow metadata; None for JSON
-            ids = read_corpus(files, ReadPlan(None, chunk_rows, "ids"))
-        if n_rows is None:  # count the ids: kept in the object store for the check
-            ids = ids.materialize()
-            n_rows = ids.count()
-        repeats = find_repeats(ids, n_rows, files)
+            if foreign:
+                n_rows = None
+                ids = source.map_batches(foreign_ids, batch_format="pyarrow",
+                                         batch_size=None)
+            else:
+                n_rows = count_rows(files)  # from the Parquet / Arrow metadata; None: JSON
+                ids = read_corpus(files, ReadPlan(None, chunk_rows, "ids"))
+            if n_rows is None:  # count the ids: kept in the object store for the check
+                ids = ids.materialize()
+                n_rows = ids.count()
+            repeats = find_repeats(ids, n_rows, files)
         stages["ids"] = time.perf_counter() - start - sum(stages.values())
         if len(repeats) and not skip:
             from fastuq.errors import RecordError
 
             raise RecordError(repeats.first_error)
-        data = source if foreign else read_corpus(
-            files, ReadPlan(None if columns is None else tuple(columns), chunk_rows,
-                             "skip" if skip else "raise"))
-        config = ScorerConfig(files=None if foreign else tuple(files), methods=methods,
+        if pack is not None:  # one item per chunk file, memory-mapped by the actor
+            data = read_pack(len(manifest["chunks"]))
+        else:
+            data = source if foreign else read_corpus(
+                files, ReadPlan(None if columns is None else tuple(columns), chunk_rows,
+                                "skip" if skip else "raise"))
+        config = ScorerConfig(files=None if files is None else tuple(files), methods=methods,
                          resolved=tuple(resolved), outputs=outputs, extras=extras,
                          params=params, protocol=protocol, dtype=str(np.dtype(dtype)),
                          backend=backend, observation_noise=observation_noise, math=math,
-                         skip=skip, num_gpus=num_gpus, cpus=cpus_per_actor)
+                         skip=skip, num_gpus=num_gpus, cpus=cpus_per_actor,
+                         pack=None if pack is None else str(pack), manifest=manifest,
+                         columns=None if columns is None else tuple(columns), check=check)
         combined = data.map_batches(
             ChunkScorer, fn_constructor_kwargs={"config": config, "repeats": repeats},
             batch_format="pyarrow",
-            batch_size=_batch_size(num_gpus, chunk_rows),
+            batch_size=1 if pack is not None else _batch_size(num_gpus, chunk_rows),
             compute=ray.data.ActorPoolStrategy(min_size=1, max_size=n_actors),
             num_cpus=cpus_per_actor, num_gpus=num_gpus or None,
         ).materialize()

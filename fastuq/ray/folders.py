@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from fastuq.ray.corpus import corpus_files
+from fastuq.ray.corpus import corpus_files, pack_path
 from fastuq.ray.driver import RayScores, score_dataset
 from fastuq.ray.shared import SKIPPED_SCHEMA, data_context, import_ray, raising_originals
 
@@ -119,7 +119,11 @@ def score_to_folder(
     if on_error == "skip":
         side = Path(skipped_path) if skipped_path else output.with_name(
             output.name + ".skipped")
-    files = corpus_files(source)
+    pack = pack_path(source)
+    if pack is not None:  # the pack itself is scored: its folder and files are the input
+        files = [str(f) for f in sorted(pack.iterdir()) if f.is_file()]
+    else:
+        files = corpus_files(source)
     given = source if isinstance(source, (list, tuple)) else [source]
     roots = [Path(s) for s in given if Path(s).is_dir()]
     _check_folder(output, "output", files, roots)
@@ -129,7 +133,7 @@ def score_to_folder(
         _check_folder(side, "skipped_path", files, roots)
     import_ray()
     with data_context(progress), raising_originals():
-        res = score_dataset(files, on_error=on_error, **kwargs)
+        res = score_dataset(files if pack is None else source, on_error=on_error, **kwargs)
         n_in = res.n_rows + res.n_skipped
         too_many = None
         if side is not None and res.n_skipped:

@@ -1,7 +1,8 @@
 """The Ray runner's scoring actor: what runs on the workers.
 
 :class:`ChunkScorer` (one Ray actor per worker, so that JAX compiles each kernel once per
-worker) scores each reader chunk of a batch through the single-process engine
+worker) scores each reader chunk of a batch (or, for a pack, each chunk file, which it
+memory-maps) through the single-process engine
 (:mod:`fastuq.engine.scoring`), with everything it needs fixed on the driver in a
 :class:`ScorerConfig`; it puts JAX on the worker's GPU or splits its CPUs into XLA devices,
 and refuses a worker that imports fastuq from a bare source tree. Its output holds the
@@ -30,6 +31,7 @@ from fastuq.ray.shared import (
     COLUMNS,
     DATASET_SOURCE,
     FILE,
+    PACK_CHUNK,
     PROBLEM,
     ROW,
     SKIPPED_SCHEMA,
@@ -59,6 +61,12 @@ class ScorerConfig:
     skip: bool
     num_gpus: float
     cpus: float
+    #: a pack (``fastuq pack``): its folder, its manifest (read once, on the driver), the
+    #: columns to read of each chunk (``None``: all) and the ``check`` mode
+    pack: str | None = None
+    manifest: Mapping | None = None
+    columns: tuple[str, ...] | None = None
+    check: str = "corpus"
 
 
 def _output_schema(outputs: Sequence[str], extras: Sequence[str]) -> pa.Schema:
@@ -144,7 +152,11 @@ class ChunkScorer:
 
     def __call__(self, table: pa.Table) -> pa.Table:
         try:
-            out = [self._chunk(*part) for part in self._parts(table)]
+            if PACK_CHUNK in table.column_names:  # a pack: one chunk file per item
+                out = [self._pack_chunk(int(k)) for k in
+                       table.column(PACK_CHUNK).to_numpy(zero_copy_only=False)]
+            else:
+                out = [self._chunk(*part) for part in self._parts(table)]
         except Exception as exc:
             raise Carried(exc) from None
         return pa.concat_tables(out) if out else self.schema.empty_table()
@@ -222,6 +234,37 @@ class ChunkScorer:
             out.append(self._skipped(skipped))
         return pa.concat_tables(out) if out else self.schema.empty_table()
 
+    def _pack_chunk(self, index: int) -> pa.Table:
+        """Chunk ``index`` of the pack, memory-mapped from its file on this worker, scored
+        as the single-process run scores a pack's chunk (its stored inputs; under skip,
+        the same checks; its ids were checked unique across the corpus when it was
+        packed)."""
+        from fastuq.engine.checks import check_chunk, with_value_problems
+        from fastuq.engine.pipeline import score_checked_chunk, score_table
+        from fastuq.io.packfile import read_pack_chunk
+        from fastuq.io.readers import Chunk
+
+        kw: dict[str, Any] = {}
+        if self.c.columns is not None:
+            kw.update(columns=[], optional_columns=list(self.c.columns))
+        c = read_pack_chunk(self.c.pack, self.c.manifest, index, **kw)
+        chunk = Chunk(c.row0, c.table, c.source, c.source_row0, c.arrays)
+        table = c.table
+        rows = np.arange(c.source_row0, c.source_row0 + table.num_rows)
+        if not self.c.skip:
+            batch, _, scores = score_table(table, chunk, rows, self.c.resolved,
+                                           backend=self.c.backend, **self.kw)
+            return self._scored(batch, scores)
+        table, problems, _ = check_chunk(table, chunk.source, rows, lambda problems, ids: None)
+        with_value_problems((chunk, table, problems), self.c.check == "corpus")
+        skipped: list = []
+        done, _ = score_checked_chunk(chunk, table, problems, self.c.resolved, skipped,
+                                      backend=self.c.backend, **self.kw)
+        out = [] if done is None else [self._scored(*done)]
+        if skipped:
+            out.append(self._skipped(skipped))
+        return pa.concat_tables(out) if out else self.schema.empty_table()
+
     def _scored(self, batch, scores: Mapping[str, np.ndarray]) -> pa.Table:
         n = batch.n
         cols: dict[str, pa.Array] = {"trajectory_id": batch.ids.cast(pa.string())}
@@ -242,8 +285,8 @@ class ChunkScorer:
         for name in (*self.c.outputs, *self.c.extras):
             cols[name] = pa.nulls(n, self.schema.field(name).type)
         cols[_SKIP_SOURCE] = pa.array([k.source for k in skipped], pa.string())
-        cols[_SKIP_ROW] = pa.array([None if self.c.files is None else k.row
-                                    for k in skipped], pa.int64())
+        rows = self.c.files is not None or self.c.pack is not None
+        cols[_SKIP_ROW] = pa.array([k.row if rows else None for k in skipped], pa.int64())
         cols[_SKIP_REASON] = pa.array([k.reason for k in skipped], pa.string())
         return pa.table(cols, schema=self.schema)
 

@@ -3,7 +3,8 @@
 * The names of the columns the corpus readers (:mod:`fastuq.ray.corpus`) add to each row:
   where it came from (its file, row and reader chunk), why conforming refused it, and its
   chunk's own columns. The duplicate check (:mod:`fastuq.ray.repeats`) and the scorer
-  (:mod:`fastuq.ray.scorer`) read them; they are dropped before scoring.
+  (:mod:`fastuq.ray.scorer`) read them; they are dropped before scoring. For a pack, the
+  work items are its chunk files instead (:data:`PACK_CHUNK`).
 * :data:`SKIPPED_SCHEMA`, the skipped dataset's columns, and :data:`DATASET_SOURCE`, the
   name of the records of a ``ray.data.Dataset`` that fastuq did not read.
 * :func:`import_ray` (Ray Data, or an ImportError that says how to install it),
@@ -26,6 +27,8 @@ CHUNK = "__fastuq_chunk"  # int64: the first row (in that file) of its reader ch
 PROBLEM = "__fastuq_problem"  # string: why conforming refused it (null: it conformed)
 COLUMNS = "__fastuq_columns"  # dictionary<string>: JSON list of the chunk's own columns
 PROVENANCE = (FILE, ROW, CHUNK, PROBLEM, COLUMNS)
+# The one column of a pack's work items (one row per chunk file): the chunk's index.
+PACK_CHUNK = "__fastuq_pack_chunk"
 #: The columns of the skipped dataset (as ``score_file``'s skip list).
 SKIPPED_SCHEMA = pa.schema([("source", pa.string()), ("row", pa.int64()),
                             ("trajectory_id", pa.string()), ("reason", pa.string())])
