@@ -25,8 +25,9 @@ that compiles (its time is the "first call" column), median of repeats:
             = loop time / JAX time, the speed-up).
 
 The spectral family runs on answer-class similarity (``similarity="answer"``: the packed
-input is each node's lowest same-class slot, ``[T, N, A_pad]`` float32); drawn answers: 3
-classes, 10% of the nodes without a vote. ``lexical_similarity`` (texts) is timed apart
+input is the vote class of each node, ``[T, N, A_pad]`` in the narrowest int type that holds
+the classes, int8 here, with the team ``n_agents [N]``, as the engine packs them); drawn
+answers: 3 classes, 10% of the nodes without a vote. ``lexical_similarity`` (texts) is timed apart
 (``--lexical``): the host packing of the texts (tokens + pairwise Jaccard) is its cost.
 Every timed kernel is checked against the float64 NumPy twin first (max |error|).
 """
@@ -50,41 +51,40 @@ DEFAULT_OUT = bc.RESULTS_DIR / "estimators.json"
 QUICK_OUT = bc.RESULTS_DIR / "estimators_quick.json.tmp"
 
 
-def answer_labels(rng: np.random.Generator, n: int, t_max: int, a: int):
-    """``(labels [T, N, A_pad] float32, round_mask [T, N])``: ragged trajectories (1..T
-    rounds), each node labelled with the lowest slot of its answer class (its own slot
-    without a vote), -1 past the team."""
+def answer_classes(rng: np.random.Generator, n: int, t_max: int, a: int):
+    """``((classes [T, N, A_pad], round_mask [T, N]), {"n_agents": [N] float32})``: ragged
+    trajectories (1..T rounds) of teams of ``a`` agents, each node's vote class (3 classes,
+    10% of the nodes without a vote: -1), narrowed as the engine packs them
+    (:func:`fastuq.engine.similarity.narrow_classes`)."""
+    from fastuq.engine.similarity import narrow_classes
+
     a_pad = 1 << max(a - 1, 0).bit_length()
     mask = np.arange(t_max)[:, None] < rng.integers(1, t_max + 1, n)[None, :]
-    cls = rng.integers(0, 3, (t_max, n, a_pad)).astype(np.int8)
-    cls[rng.random(cls.shape) < 0.1] = -1
-    labels = np.full(cls.shape, -1.0, np.float32)
-    for i in range(a):
-        rep = np.full(cls.shape[:2], i, np.int8)
-        for j in range(i - 1, -1, -1):
-            rep = np.where((cls[..., j] >= 0) & (cls[..., j] == cls[..., i]), j, rep)
-        labels[..., i] = np.where(cls[..., i] >= 0, rep, i)
-    return labels, mask
+    cls = rng.integers(0, 3, (t_max, n, a_pad)).astype(np.int32)
+    cls[rng.random(cls.shape, np.float32) < 0.1] = -1
+    cls[..., a:] = -1
+    return (narrow_classes(cls), mask), {"n_agents": np.full(n, float(a), np.float32)}
 
 
 #: estimator -> (packing parameters, input builder); inputs in the registry's order.
 CASES: dict[str, Any] = {
-    name: ({"similarity": "answer"}, answer_labels)
+    name: ({"similarity": "answer"}, answer_classes)
     for name in ("eigval_laplacian", "degree_matrix", "eccentricity")
 }
 
 
-def polygraph_loop(labels: np.ndarray, mask: np.ndarray) -> list[float]:
+def polygraph_loop(classes: np.ndarray, mask: np.ndarray, team: np.ndarray) -> list[float]:
     """The single-model libraries' way: one trajectory and one round at a time, the
     similarity matrix of the agents and ``np.linalg.eig`` of its normalised Laplacian."""
     out = []
-    for n in range(labels.shape[1]):
+    for n in range(classes.shape[1]):
         value = 0.0
-        for t in range(labels.shape[0]):
+        for t in range(classes.shape[0]):
             if not mask[t, n]:
                 continue
-            lab = [x for x in labels[t, n] if x >= 0]
-            w = np.array([[1.0 if x == y else 0.0 for y in lab] for x in lab])
+            lab = [int(x) for x in classes[t, n, :int(team[n])]]
+            w = np.array([[1.0 if i == j or (x >= 0 and x == y) else 0.0
+                           for j, y in enumerate(lab)] for i, x in enumerate(lab)])
             d = np.diag(w.sum(axis=1))
             d_inv = np.linalg.inv(np.sqrt(d))
             lap = np.eye(len(lab)) - d_inv @ w @ d_inv
@@ -103,17 +103,18 @@ def bench_case(name: str, n: int, t_max: int, a: int, repeats: int, bandwidth: f
     est = get_estimator(name)
     _, build = CASES[name]
     rng = np.random.default_rng(0)
-    inputs = build(rng, n, t_max, a)
+    inputs, optional = build(rng, n, t_max, a)
     check = [x[:, :2000] for x in inputs]
-    want = est.kernel_fn("numpy")(*(x.astype(np.float64) if x.dtype.kind == "f" else x
-                                    for x in check))[name]
+    check_opt = {k: v[:2000] for k, v in optional.items()}
+    want = est.kernel_fn("numpy")(*check, **{k: v.astype(np.float64)
+                                             for k, v in check_opt.items()})[name]
     with jax.enable_x64(False):
-        got = call_kernel(est, list(check), {}, {}, n=2000, dtype=np.dtype(np.float32),
-                          backend="jax")[name]
+        got = call_kernel(est, list(check), check_opt, {}, n=2000,
+                          dtype=np.dtype(np.float32), backend="jax")[name]
     err = float(np.nanmax(np.abs(got - want)))
 
     def run():
-        call_kernel(est, list(inputs), {}, {}, n=n, dtype=np.dtype(np.float32),
+        call_kernel(est, list(inputs), optional, {}, n=n, dtype=np.dtype(np.float32),
                     backend="jax")
 
     start = time.perf_counter()
@@ -121,11 +122,12 @@ def bench_case(name: str, n: int, t_max: int, a: int, repeats: int, bandwidth: f
     first = time.perf_counter() - start
     times = bc.time_calls(run, repeats, warmup=0)
     med = float(np.median(times))
-    nbytes = sum(x.nbytes for x in inputs) + 2 * 4 * n  # two [N] float32 outputs
+    nbytes = (sum(x.nbytes for x in inputs) + sum(x.nbytes for x in optional.values())
+              + 2 * 4 * n)  # two [N] float32 outputs
     floor = nbytes / bandwidth
     sub = [x[:, :loop_n] for x in inputs]
     start = time.perf_counter()
-    polygraph_loop(*sub)
+    polygraph_loop(*sub, optional["n_agents"][:loop_n])
     loop = (time.perf_counter() - start) * n / loop_n
     return {"estimator": name, "t": t_max, "a": a, "n": n, "first_s": first,
             "median_s": med, "traj_per_s": n / med, "floor_s": floor, "loop_s": loop,

@@ -389,7 +389,8 @@ PUBLIC = {
     # the black-box family's host side: word tokens, pairwise Jaccard, the similarity input
     "fastuq.signals.tokens": {"WORD", "text_token_ids", "word_token_ids"},
     "fastuq.signals.lexical": {"pair_jaccard", "round_similarity"},
-    "fastuq.engine.similarity": {"SIMILARITIES", "answer_labels", "text_similarity"},
+    "fastuq.engine.similarity": {"SIMILARITIES", "answer_labels", "narrow_classes",
+                                 "text_similarity"},
     # the black-box answer-set estimators
     "fastuq.kernels.answer_sets": {
         "COCOA_FIELDS", "SET_FIELDS", "UNROLL_SLOTS", "answer_entropy", "answer_entropy_mean",
