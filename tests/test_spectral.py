@@ -258,3 +258,36 @@ def test_eccentricity_threshold_is_validated_and_named():
         fastuq.score(table, "eigval_laplacian", threshold=0.5)  # would be ignored
     with pytest.raises(TypeError, match="thres"):
         fastuq.score(table, "eccentricity", thres=0.5)
+
+
+# ---------------------------------------------------------------- the packed answer classes
+
+
+def test_wide_teams_take_both_code_paths_and_match_the_reference():
+    # teams padded to 16 slots run the unrolled compares, 32 slots the [T, N, A, A] array
+    # code (kernels.spectral.UNROLL_SLOTS = 16): both against the per-trajectory reference
+    from fastuq.kernels.spectral import UNROLL_SLOTS
+
+    rng = np.random.default_rng(7)
+    for team in (UNROLL_SLOTS, UNROLL_SLOTS + 4):
+        answers = [[[None if rng.random() < 0.2 else str(rng.integers(0, 4))
+                     for _ in range(team)] for _ in range(int(rng.integers(1, 4)))]
+                   for _ in range(6)]
+        want = [spectral_trajectory(a, team, "answer") for a in answers]
+        for backend in ("jax", "numpy"):
+            got = _score(_table(answers=answers, team=team), SPECTRAL, backend=backend,
+                         dtype="float64")
+            for k, ref in enumerate(want):
+                for column in got:
+                    assert got[column][k] == pytest.approx(ref[column], rel=1e-9, abs=1e-9), (
+                        team, backend, column, k)
+
+
+def test_answer_classes_are_packed_in_the_narrowest_int_type():
+    from fastuq.engine.similarity import narrow_classes
+
+    for top, dtype in ((-1, np.int8), (127, np.int8), (128, np.int16), (32767, np.int16),
+                       (32768, np.int32)):
+        x = np.array([[-1, top]], np.int32)
+        got = narrow_classes(x)
+        assert got.dtype == dtype and (got == x).all(), top
