@@ -44,6 +44,9 @@ time is the "first call" column), median of repeats:
             components of the equality graph, ``SemanticEnrichedMaxprobAveDissimilarity``
             per sample.
 
+The spectral family runs on answer-class similarity (``similarity="answer"``: the packed
+input is the vote class of each node, ``[T, N, A_pad]`` in the narrowest int type that holds
+the classes, int8 here, with the team ``n_agents [N]``, as the engine packs them).
 Every timed kernel is checked against the float64 NumPy twin first (max |error| on 2,000
 trajectories). The ``_mean`` variants run the same scans (another output): the same cost.
 ``lexical_similarity`` (texts) is timed apart (``--lexical``, with the spectral set): the
@@ -95,18 +98,16 @@ def draw_answer_sets(n: int, t_max: int, a: int, seed: int = 0) -> dict[str, np.
 
 
 def draw_spectral(n: int, t_max: int, a: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """The spectral kernels' packed inputs with answer-class similarity: each node labelled
-    with the lowest slot of its answer class (its own slot without a vote), -1 past the team
-    (``similarity [T, N, A_pad]`` float32, ``round_mask [T, N]``)."""
+    """The spectral kernels' packed inputs with answer-class similarity, as the engine packs
+    them: each node's vote class (``similarity [T, N, A_pad]`` in the narrowest int type,
+    :func:`fastuq.engine.similarity.narrow_classes`; -1 without a vote and past the team),
+    ``round_mask [T, N]`` and the team ``n_agents [N]``."""
+    from fastuq.engine.similarity import narrow_classes
+
     rng = np.random.default_rng(seed)
     mask, cls, _ = _ragged(rng, n, t_max, a)
-    labels = np.full(cls.shape, -1.0, np.float32)
-    for i in range(a):
-        rep = np.full(cls.shape[:2], i, np.int32)
-        for j in range(i - 1, -1, -1):
-            rep = np.where((cls[..., j] >= 0) & (cls[..., j] == cls[..., i]), j, rep)
-        labels[..., i] = np.where(cls[..., i] >= 0, rep, i)
-    return {"similarity": labels, "round_mask": mask}
+    return {"similarity": narrow_classes(cls), "round_mask": mask,
+            "n_agents": np.full(n, float(a), np.float32)}
 
 
 # ------------------------------------------------------- per-trajectory Python loops
@@ -188,8 +189,9 @@ def loop_eigval(x: dict[str, np.ndarray], a: int, k: int) -> float:
     for t in range(x["round_mask"].shape[0]):
         if not x["round_mask"][t, k]:
             continue
-        lab = [v for v in x["similarity"][t, k] if v >= 0]
-        w = np.array([[1.0 if p == q else 0.0 for q in lab] for p in lab])
+        lab = [int(v) for v in x["similarity"][t, k, :int(x["n_agents"][k])]]
+        w = np.array([[1.0 if i == j or (p >= 0 and p == q) else 0.0
+                       for j, q in enumerate(lab)] for i, p in enumerate(lab)])
         d_inv = np.linalg.inv(np.sqrt(np.diag(w.sum(axis=1))))
         lap = np.eye(len(lab)) - d_inv @ w @ d_inv
         value = sum(max(0.0, 1.0 - float(np.real(e))) for e in np.linalg.eig(lap)[0])
@@ -232,29 +234,33 @@ def bench_case(name: str, x: dict[str, np.ndarray], loop, t_max: int, a: int, re
     est = get_estimator(name)
     n = x["round_mask"].shape[1]
     inputs = [x[i] for i in est.inputs]
+    optional = {k: x[k] for k in est.optional_inputs if k in x}
 
     def cut(v, m):
         return v[:m] if v.ndim == 1 else v[:, :m]
 
     m = min(2000, n)
     check = [cut(v, m) for v in inputs]
+    check_opt = {k: cut(v, m) for k, v in optional.items()}
     want = call_kernel(est, [v.astype(np.float64) if v.dtype.kind == "f" else v
-                             for v in check], {}, {}, n=m, dtype=np.dtype(np.float64),
-                       backend="numpy")[name]
+                             for v in check],
+                       {k: v.astype(np.float64) for k, v in check_opt.items()}, {}, n=m,
+                       dtype=np.dtype(np.float64), backend="numpy")[name]
     with jax.enable_x64(False):
-        got = call_kernel(est, check, {}, {}, n=m, dtype=np.dtype(np.float32),
+        got = call_kernel(est, check, check_opt, {}, n=m, dtype=np.dtype(np.float32),
                           backend="jax")[name]
     err = float(np.nanmax(np.abs(got - want)))
 
     def run():
-        call_kernel(est, inputs, {}, {}, n=n, dtype=np.dtype(np.float32), backend="jax")
+        call_kernel(est, inputs, optional, {}, n=n, dtype=np.dtype(np.float32), backend="jax")
 
     start = time.perf_counter()
     run()
     first = time.perf_counter() - start
     times = bc.time_calls(run, repeats, warmup=0)
     med = bc.median(times)
-    floor = (sum(v.nbytes for v in inputs) + 4 * n * len(est.outputs)) / bandwidth
+    floor = (sum(v.nbytes for v in inputs) + sum(v.nbytes for v in optional.values())
+             + 4 * n * len(est.outputs)) / bandwidth
     start = time.perf_counter()
     for k in range(loop_n):
         loop(x, a, k)

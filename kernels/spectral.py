@@ -9,11 +9,11 @@ an agent that did not answer, or whose answer did not parse, stays a node, as it
 the denominator of agreement, DESIGN.md); ``W`` is its symmetric similarity matrix with
 ``W_aa = 1``, given in one of two forms (the ``similarity`` parameter of the registry):
 
-* ``similarity="answer"``: ``labels [T, N, A]`` float, ``W_ab = 1`` iff ``labels_a ==
-  labels_b`` (the packed input gives each node the lowest slot of its round whose answer is
-  in the same vote class, the classes agreement counts; an agent without a vote gets its own
-  slot, so it is similar to itself only), ``-1`` (any negative) for a slot that is no node.
-  The JAX kernel relies on that form (a node labelled with its own slot opens its set);
+* ``similarity="answer"``: ``classes [T, N, A]`` int (any width; the engine packs the vote
+  classes agreement counts, :func:`fastuq.engine.similarity.answer_labels`) with the team
+  ``n_agents [N]`` float: the slots ``a < n_agents`` are the nodes, ``W_ab = 1`` iff ``a ==
+  b`` or ``classes_a == classes_b >= 0`` (an agent without a vote, ``-1``, is similar to
+  itself only); the result has the float dtype of ``n_agents``;
 * ``similarity="lexical"``: ``W [T, N, A, A]`` float, the token-set Jaccard index of the
   agents' texts (:mod:`fastuq.signals.lexical`), a slot with ``W_aa = 0`` being no node.
 
@@ -22,17 +22,19 @@ Per executed round, with ``d_a = sum_b W_ab`` (>= 1), the normalised Laplacian
 
     eigval_laplacian   = sum_j max(0, 1 - lambda_j)        (a soft count of answer sets)
     degree_matrix      = trace(m I - D) / m^2 = 1 - sum_ab W_ab / m^2
-    eccentricity       = || [u_j - mean(u_j)]_{j: lambda_j < 0.9} ||_F
-                       = sqrt(k - sum_{j: lambda_j < 0.9} (1^T u_j)^2 / m)   (k such j)
-                       = sqrt(k - 1 + sum_{j: lambda_j >= 0.9} (1^T u_j)^2 / m)
+    eccentricity       = || [u_j - mean(u_j)]_{j: lambda_j < thr} ||_F
+                       = sqrt(k - sum_{j: lambda_j < thr} (1^T u_j)^2 / m)   (k such j)
+                       = sqrt(k - 1 + sum_{j: lambda_j >= thr} (1^T u_j)^2 / m)
     lexical_similarity = -(mean over the m (m - 1) / 2 pairs a < b of W_ab)  (NaN if m < 2)
 
 (eccentricity's second line is the first one summed: ``||u - mean(u)||^2 = 1 - (1^T u)^2 /
 m`` for a unit ``u``; it depends on the eigenspace only, not on the basis an eigen-solver
 picks within it; the third, computed, holds as the squares ``(1^T u_j)^2`` over the whole
 basis sum to ``m``, and has no cancellation in float32 where the team is near-unanimous).
-The threshold 0.9 on the Laplacian's eigenvalues is lm-polygraph's default (``thres``),
-fixed here. All four are uncertainties: higher = less likely correct.
+The threshold ``thr`` on the Laplacian's eigenvalues is the registry's ``threshold``
+parameter of ``eccentricity`` (a scalar or one per trajectory), default lm-polygraph's 0.9
+(``thres``), in (0, 2]: the eigenvalues of a normalised Laplacian lie in [0, 2). All four
+are uncertainties: higher = less likely correct.
 
 Each estimator writes two columns: ``<name>``, the score of the last executed round (the
 final team's spread), and ``<name>_mean``, its mean over the executed rounds. SAUCE-style
@@ -43,20 +45,26 @@ How they are computed. With answer-class similarity ``W`` is block-diagonal of a
 blocks (one per set of equal labels, ``K`` blocks): ``D^-1/2 W D^-1/2`` has, per block of
 size ``c``, the eigenvalue 1 once (eigenvector ``1_c / sqrt(c)``) and 0 ``c - 1`` times, so
 exactly ``eigval_laplacian = K``, ``degree_matrix = 1 - sum_c c^2 / m^2`` and
-``eccentricity = sqrt(K - 1)`` (the kept eigenvectors span the block indicators, and
-``sum_c c / m = 1``). The JAX kernel uses these closed forms (integer counts: exact; ``K``
-the nodes labelled with their own slot, ``sum_c c^2`` from the equal pairs, slot loops
-unrolled into ``[T, N]`` vector code); the
-NumPy twin builds ``W`` and calls ``np.linalg.eigh`` like the lexical path, so the two check
-each other. With lexical similarity both run batched symmetric eigendecompositions over
-``[T N, A, A]`` (``jnp.linalg.eigh`` / ``np.linalg.eigh``); ``eigval_laplacian`` there is
-``sum_j max(0, mu_j)`` over the eigenvalues ``mu_j = 1 - lambda_j`` of
-``D^-1/2 W D^-1/2``. Slots that are no node get a zero row, hence ``lambda = 1``: neither
-kept by eccentricity nor counted by ``eigval_laplacian``.
+``eccentricity = sqrt(K - 1)`` for ``0 < thr <= 1`` (the kept eigenvectors span the block
+indicators, and ``sum_c c / m = 1``), ``sqrt(m - 1)`` for ``thr > 1`` (the whole basis).
+The JAX kernel uses these closed forms from integer counts (exact in any float dtype): per
+round one pass of pair compares of the classes (``A (A - 1) / 2``, unrolled into ``[T, N]``
+vector code up to :data:`UNROLL_SLOTS` slots, fused ``[T, N, A, A]`` reductions past it)
+gives ``K`` (the nodes whose class no lower slot holds), ``m`` and the equal pairs
+(``sum_c c^2 = m + 2 pairs``); no float ``[A, A]`` matrix is built. The NumPy twin builds
+``W`` and calls ``np.linalg.eigh`` like the lexical path, so the two check each other.
+With lexical similarity both run batched symmetric eigendecompositions over ``[T N, A, A]``
+(``jnp.linalg.eigh`` / ``np.linalg.eigh``); ``eigval_laplacian`` there is ``sum_j max(0,
+mu_j)`` over the eigenvalues ``mu_j = 1 - lambda_j`` of ``D^-1/2 W D^-1/2``. Slots that are
+no node get ``mu = -1`` on the diagonal of an otherwise zero row, hence ``lambda = 2``:
+never kept by eccentricity (``thr <= 2``, strict ``<``), never counted by
+``eigval_laplacian``, and apart from every node's eigenvalue.
 
 Rounding: float64 gives the eigen-scores to about ``1e-12``; in float32 an eigenvalue moves
 by about ``1e-6``, so ``eccentricity`` can jump where a Laplacian eigenvalue lies within that
-of 0.9 (a discontinuity of the definition, not of the code). Values in padding and in rounds
+of ``thr`` (a discontinuity of the definition, not of the code; with answer classes the
+eigenvalues are exactly 0 and 1, so at ``thr = 1`` exactly the twin's ``eigh`` may keep an
+eigenvalue ``1 - ulp`` that the closed form drops). Values in padding and in rounds
 that did not execute may be anything (NaN included) and never change a score; a trajectory
 without an executed round gets NaN.
 """
@@ -72,6 +80,7 @@ import numpy as np
 
 __all__ = [
     "ECCENTRICITY_THRESHOLD",
+    "UNROLL_SLOTS",
     "degree_matrix",
     "degree_matrix_numpy",
     "degree_matrix_reference",
@@ -88,26 +97,49 @@ __all__ = [
     "round_scores_numpy",
 ]
 
-#: Eccentricity keeps the eigenvectors of the normalised Laplacian with eigenvalue below this
-#: (lm-polygraph's ``thres`` default).
+#: Eccentricity's default threshold: it keeps the eigenvectors of the normalised Laplacian
+#: with eigenvalue below this (lm-polygraph's ``thres`` default; the registry's ``threshold``
+#: parameter, in (0, 2]).
 ECCENTRICITY_THRESHOLD = 0.9
-#: The per-round scores of :func:`round_scores`.
+#: The per-round scores of :func:`round_score`.
 FIELDS = ("eigval_laplacian", "degree_matrix", "eccentricity", "lexical_similarity")
+#: Answer classes of teams padded to at most this many slots are compared pair by pair in
+#: unrolled ``[T, N]`` vector code; wider teams by ``[T, N, A, A]`` array code (XLA fuses the
+#: compares into the reductions). Both give the same integer counts. Measured (2 CPU cores
+#: at load 12-14, 262,144 trajectories, int8 classes, one device): A = 8, T = 3: 39 ms
+#: unrolled against 442 ms array code; A = 16, T = 10: 0.7-0.8 s against 1.9 s, compiled in
+#: about 3 s either way.
+UNROLL_SLOTS = 16
 
 
 # ----------------------------------------------------------------------------------------
 # JAX
 
 
-def _graph(similarity, dtype, xp):
+def _threshold(threshold, xp):
+    """``threshold`` (a scalar or one value per trajectory ``[N]``) broadcastable against
+    ``[T, N, A]``."""
+    thr = xp.asarray(threshold)
+    return thr[None, :, None] if thr.ndim == 1 else thr
+
+
+def _team_nodes(classes, team, mask, xp):
+    """``[T, N, A]`` bool: the slots of the team (``a < team``) in executed rounds."""
+    slots = xp.arange(classes.shape[-1], dtype=team.dtype)
+    return (slots[None, None, :] < team[None, :, None]) & mask[..., None]
+
+
+def _graph(similarity, dtype, xp, team=None, mask=None):
     """``(W [T, N, A, A] in dtype, node [T, N, A] bool)`` of either form of the similarity
     (module docstring), zero outside the nodes and NaN-free."""
-    if similarity.ndim == 3:  # answer labels
-        node = similarity >= 0
-        same = similarity[..., :, None] == similarity[..., None, :]
+    if similarity.ndim == 3:  # answer classes of the team's slots
+        node = _team_nodes(similarity, team, mask, xp)
+        voted = similarity >= 0
+        same = (similarity[..., :, None] == similarity[..., None, :]) & voted[..., :, None]
+        same = same | xp.eye(similarity.shape[-1], dtype=bool)
     else:
         diag = xp.diagonal(similarity, axis1=-2, axis2=-1)
-        node = diag > 0
+        node = (diag > 0) & mask[..., None]
         same = None
     both = node[..., :, None] & node[..., None, :]
     if same is not None:
@@ -118,43 +150,82 @@ def _graph(similarity, dtype, xp):
     return w, node
 
 
-def _eigen_scores(w, node, dtype, xp):
+def _eigen_scores(w, node, dtype, xp, threshold=ECCENTRICITY_THRESHOLD):
     """``(eigval_laplacian, eccentricity)`` ``[T, N]`` by symmetric eigendecompositions of
-    ``D^-1/2 W D^-1/2`` (batched over ``[T, N]``)."""
+    ``D^-1/2 W D^-1/2`` (batched over ``[T, N]``); a slot that is no node gets the eigenvalue
+    ``-1`` (Laplacian eigenvalue 2: never kept, as ``threshold <= 2``; never counted)."""
     d = w.sum(axis=-1)
     inv = xp.where(node, 1 / xp.sqrt(xp.where(node, d, 1)), 0).astype(dtype)
     a = w * inv[..., :, None] * inv[..., None, :]
+    eye = xp.eye(w.shape[-1], dtype=bool)
+    a = xp.where(eye & ~node[..., :, None], xp.asarray(-1, dtype), a)
     mu, u = xp.linalg.eigh(a)  # L = I - a: lambda = 1 - mu
     eig = xp.sum(xp.maximum(mu, 0), axis=-1)
-    kept = (1 - mu) < ECCENTRICITY_THRESHOLD  # [T, N, A]
+    kept = (1 - mu) < _threshold(threshold, xp).astype(dtype)  # [T, N, A]
     m = node.sum(axis=-1).astype(dtype)
     proj = xp.sum(xp.where(node[..., :, None], u, 0), axis=-2)  # 1^T u_j
     k = kept.sum(axis=-1).astype(dtype)
     # k - sum_kept (1^T u)^2 / m = (k - 1) + sum_dropped (1^T u)^2 / m, since the squares
     # over the whole basis sum to m: no cancellation where the team is nearly unanimous
-    # (k >= 1 for m >= 1: D^1/2 1 has lambda = 0)
     dropped = xp.sum(xp.where(kept, 0, proj * proj), axis=-1) / xp.where(m > 0, m, 1)
-    return eig, xp.sqrt(xp.maximum(k - 1, 0) + dropped)
+    return eig, xp.sqrt(xp.maximum((k - 1) + dropped, 0))
 
 
-def _label_rounds(labels, mask, dtype, field: str):
-    """``(score, m)`` ``[T, N]`` of answer labels in closed form, the slot loops unrolled into
-    ``[T, N]`` vector code (XLA fuses a round into one pass; no ``[A, A]`` array): ``K`` =
-    the nodes labelled with their own slot (the labels' contract: each node carries the
-    lowest slot of its set), ``sum W`` = ``m`` + twice the equal pairs ``a < b``."""
-    a_max = labels.shape[-1]
-    lab = [labels[..., a] for a in range(a_max)]
-    node = [(x >= 0) & mask for x in lab]
-    m = sum(x.astype(jnp.int32) for x in node)
-    if field in ("eigval_laplacian", "eccentricity"):
-        k = sum((node[a] & (lab[a] == a)).astype(jnp.int32) for a in range(a_max))
-        k = k.astype(dtype)
-        score = k if field == "eigval_laplacian" else jnp.sqrt(jnp.maximum(k - 1, 0))
-        return score, m.astype(dtype)
-    pairs = sum((node[a] & node[b] & (lab[a] == lab[b])).astype(jnp.int32)
-                for a in range(a_max) for b in range(a + 1, a_max))
-    return _sum_scores(m.astype(dtype), (m + 2 * pairs).astype(dtype), field, jnp), \
-        m.astype(dtype)
+def _eigvals_score(w, node, dtype):
+    """``eigval_laplacian`` ``[T, N]`` from the eigenvalues of ``D^-1/2 W D^-1/2`` alone
+    (``jnp.linalg.eigvalsh``: :func:`_eigen_scores`' matrix, no eigenvectors)."""
+    d = w.sum(axis=-1)
+    inv = jnp.where(node, 1 / jnp.sqrt(jnp.where(node, d, 1)), 0).astype(dtype)
+    a = w * inv[..., :, None] * inv[..., None, :]
+    a = jnp.where(jnp.eye(w.shape[-1], dtype=bool) & ~node[..., :, None],
+                  jnp.asarray(-1, dtype), a)
+    return jnp.sum(jnp.maximum(jnp.linalg.eigvalsh(a), 0), axis=-1)
+
+
+def _answer_counts(classes, team, mask):
+    """``(k, m, pairs)`` int32 ``[T, N]`` of answer classes (module docstring): the answer
+    sets, the nodes and the unordered pairs of nodes with one answer. A node opens a set
+    when no lower slot holds its class (a node without a vote always does)."""
+    a_max = classes.shape[-1]
+    node = _team_nodes(classes, team, mask, jnp)
+    voted = node & (classes >= 0)
+    if a_max > UNROLL_SLOTS:  # [T, N, A, A] compares fused into the reductions
+        lower = jnp.tril(jnp.ones((a_max, a_max), bool), -1)  # [a, b]: b < a
+        same = (voted[..., :, None] & (classes[..., :, None] == classes[..., None, :])
+                & lower)
+        pairs = jnp.sum(same, axis=(-2, -1), dtype=jnp.int32)
+        k = jnp.sum(node & ~jnp.any(same, axis=-1), axis=-1, dtype=jnp.int32)
+        return k, jnp.sum(node, axis=-1, dtype=jnp.int32), pairs
+    # slot-major (one transpose: each slot's [T, N] plane contiguous), then per slot the
+    # count of lower slots with its class, in int8 (< A <= UNROLL_SLOTS), unrolled
+    c = jnp.moveaxis(classes, -1, 0)
+    votes = jnp.moveaxis(voted, -1, 0)
+    nodes = jnp.moveaxis(node, -1, 0)
+    k = m = pairs = jnp.zeros(mask.shape, jnp.int32)
+    for a in range(a_max):
+        lower = jnp.zeros(mask.shape, jnp.int8)
+        for b in range(a):
+            lower = lower + (c[a] == c[b]).astype(jnp.int8)
+        lower = jnp.where(votes[a], lower, 0)
+        pairs = pairs + lower.astype(jnp.int32)
+        m = m + nodes[a].astype(jnp.int32)
+        k = k + (nodes[a] & (lower == 0)).astype(jnp.int32)
+    return k, m, pairs
+
+
+def _answer_score(classes, team, mask, field: str, threshold):
+    """``(score, m)`` ``[T, N]`` in closed form on answer classes (module docstring)."""
+    dtype = team.dtype
+    k, m, pairs = _answer_counts(classes, team, mask)
+    if field == "eigval_laplacian":
+        score = k.astype(dtype)
+    elif field == "eccentricity":
+        thr = jnp.asarray(threshold).astype(dtype)
+        kept = jnp.where(thr > 1, m, k)  # eigenvalues 0 (k of them) and 1: kept below thr
+        score = jnp.sqrt(jnp.maximum(kept - 1, 0).astype(dtype))
+    else:
+        score = _sum_scores(m.astype(dtype), (m + 2 * pairs).astype(dtype), field, jnp)
+    return score, m
 
 
 def _sum_scores(m, total, field: str, xp):
@@ -166,23 +237,35 @@ def _sum_scores(m, total, field: str, xp):
     return -xp.where(m > 1, (total - m) / pairs, xp.nan)
 
 
+def _check_answer_form(similarity, n_agents) -> None:
+    if similarity.ndim == 3 and n_agents is None:
+        raise ValueError("spectral scores on answer classes (similarity [T, N, A]) need "
+                         "n_agents [N], the team")
+
+
 @partial(jax.jit, static_argnames=("field",))
-def round_score(similarity: jax.Array, round_mask: jax.Array, field: str) -> jax.Array:
+def round_score(similarity: jax.Array, round_mask: jax.Array, field: str,
+                n_agents: jax.Array | None = None,
+                threshold: jax.Array | float = ECCENTRICITY_THRESHOLD) -> jax.Array:
     """The per-round score ``field`` (one of :data:`FIELDS`) ``[T, N]``, NaN in rounds that
-    did not execute, in the float dtype of ``similarity``."""
+    did not execute: ``similarity`` answer classes ``[T, N, A]`` int with the team
+    ``n_agents [N]`` (the float dtype of the result), or a lexical matrix ``[T, N, A, A]``
+    (its dtype). ``threshold``: eccentricity's (scalar or ``[N]``)."""
+    _check_answer_form(similarity, n_agents)
     mask = round_mask.astype(bool)
-    dtype = similarity.dtype
     if similarity.ndim == 3:
-        score, m = _label_rounds(similarity, mask, dtype, field)
+        score, m = _answer_score(similarity, n_agents, mask, field, threshold)
     else:
-        w, node = _graph(similarity, dtype, jnp)
-        node = node & mask[..., None]
+        dtype = similarity.dtype
+        w, node = _graph(similarity, dtype, jnp, mask=mask)
         w = jnp.where(node[..., :, None] & node[..., None, :], w, 0)
         m = node.sum(axis=-1).astype(dtype)
         if field in ("degree_matrix", "lexical_similarity"):
             score = _sum_scores(m, w.sum(axis=(-2, -1)), field, jnp)
+        elif field == "eigval_laplacian":  # eigenvalues only: no eigenvectors to compute
+            score = _eigvals_score(w, node, dtype)
         else:
-            eig, ecc = _eigen_scores(w, node, dtype, jnp)
+            eig, ecc = _eigen_scores(w, node, dtype, jnp, threshold)
             score = eig if field == "eigval_laplacian" else ecc
     return jnp.where(mask & (m > 0), score, jnp.nan)
 
@@ -202,10 +285,22 @@ def _aggregate(values, round_mask, xp):
 
 
 def _estimator(name: str):
-    @jax.jit
-    def kernel(similarity: jax.Array, round_mask: jax.Array) -> dict[str, jax.Array]:
-        last, mean = _aggregate(round_score(similarity, round_mask, name), round_mask, jnp)
-        return {name: last, f"{name}_mean": mean}
+    if name == "eccentricity":
+        @jax.jit
+        def kernel(similarity: jax.Array, round_mask: jax.Array,
+                   n_agents: jax.Array | None = None,
+                   threshold: jax.Array | float = ECCENTRICITY_THRESHOLD,
+                   ) -> dict[str, jax.Array]:
+            values = round_score(similarity, round_mask, name, n_agents, threshold)
+            last, mean = _aggregate(values, round_mask, jnp)
+            return {name: last, f"{name}_mean": mean}
+    else:
+        @jax.jit
+        def kernel(similarity: jax.Array, round_mask: jax.Array,
+                   n_agents: jax.Array | None = None) -> dict[str, jax.Array]:
+            values = round_score(similarity, round_mask, name, n_agents)
+            last, mean = _aggregate(values, round_mask, jnp)
+            return {name: last, f"{name}_mean": mean}
 
     kernel.__name__ = name
     kernel.__doc__ = (f"``{{{name}, {name}_mean}}`` ``[N]``: the last executed round's "
@@ -223,30 +318,38 @@ lexical_similarity = _estimator("lexical_similarity")
 # NumPy twin
 
 
-def round_scores_numpy(similarity: np.ndarray, round_mask: np.ndarray) -> dict[str, np.ndarray]:
+def round_scores_numpy(similarity: np.ndarray, round_mask: np.ndarray,
+                       n_agents: np.ndarray | None = None,
+                       threshold: np.ndarray | float = ECCENTRICITY_THRESHOLD,
+                       ) -> dict[str, np.ndarray]:
     """The four per-round scores ``{name: [T, N]}``, NumPy twin of :func:`round_score`:
-    ``W`` built from either form and decomposed by ``np.linalg.eigh`` (answer labels too:
+    ``W`` built from either form and decomposed by ``np.linalg.eigh`` (answer classes too:
     no closed form)."""
     similarity = np.asarray(similarity)
+    _check_answer_form(similarity, n_agents)
     mask = np.asarray(round_mask, bool)
-    dtype = similarity.dtype
+    team = None if n_agents is None else np.asarray(n_agents)
+    dtype = similarity.dtype if similarity.ndim == 4 else team.dtype
     with np.errstate(invalid="ignore", divide="ignore"):
-        w, node = _graph(similarity, dtype, np)
-        node = node & mask[..., None]
+        w, node = _graph(similarity, dtype, np, team=team, mask=mask)
         w = np.where(node[..., :, None] & node[..., None, :], w, 0).astype(dtype)
         m = node.sum(axis=-1).astype(dtype)
         total = w.sum(axis=(-2, -1))
         degree = _sum_scores(m, total, "degree_matrix", np)
         lexical = _sum_scores(m, total, "lexical_similarity", np)
-        eig, ecc = _eigen_scores(w, node, dtype, np)
+        eig, ecc = _eigen_scores(w, node, dtype, np, threshold)
     out = {"eigval_laplacian": eig, "degree_matrix": degree, "eccentricity": ecc,
            "lexical_similarity": lexical}
     return {k: np.where(mask & (m > 0), v, np.nan).astype(dtype) for k, v in out.items()}
 
 
 def _estimator_numpy(name: str):
-    def twin(similarity: np.ndarray, round_mask: np.ndarray) -> dict[str, np.ndarray]:
-        values = round_scores_numpy(similarity, round_mask)[name]
+    def twin(similarity: np.ndarray, round_mask: np.ndarray,
+             n_agents: np.ndarray | None = None,
+             **threshold) -> dict[str, np.ndarray]:
+        if set(threshold) - ({"threshold"} if name == "eccentricity" else set()):
+            raise TypeError(f"{name}_numpy: unknown parameter(s) {sorted(threshold)}")
+        values = round_scores_numpy(similarity, round_mask, n_agents, **threshold)[name]
         last, mean = _aggregate(values, np.asarray(round_mask, bool), np)
         return {name: last, f"{name}_mean": mean}
 
@@ -262,16 +365,21 @@ lexical_similarity_numpy = _estimator_numpy("lexical_similarity")
 
 
 # ----------------------------------------------------------------------------------------
-# Per-trajectory references: one trajectory (``[T, A]`` labels or ``[T, A, A]`` matrices,
-# ``[T]`` mask), plain Python loops over rounds and agents; one ``np.linalg.eigh`` per round.
+# Per-trajectory references: one trajectory (``[T, A]`` answer classes with the team, or
+# ``[T, A, A]`` matrices; ``[T]`` mask), plain Python loops over rounds and agents; one
+# ``np.linalg.eigh`` per round.
 
 
-def round_reference(similarity, name: str) -> float:
-    """One round's score ``name`` from ``similarity`` (``[A]`` labels or ``[A, A]``)."""
+def round_reference(similarity, name: str, team: float | None = None,
+                    threshold: float = ECCENTRICITY_THRESHOLD) -> float:
+    """One round's score ``name`` from ``similarity``: ``[A]`` answer classes of a team of
+    ``team`` (its slots ``a < team`` are the nodes; equal classes >= 0 are similar) or an
+    ``[A, A]`` matrix."""
     s = np.asarray(similarity)
     if s.ndim == 1:
-        nodes = [a for a in range(len(s)) if float(s[a]) >= 0]
-        w = [[1.0 if float(s[a]) == float(s[b]) else 0.0 for b in nodes] for a in nodes]
+        nodes = [a for a in range(len(s)) if a < float(team)]
+        w = [[1.0 if a == b or (int(s[a]) >= 0 and int(s[a]) == int(s[b])) else 0.0
+              for b in nodes] for a in nodes]
     else:
         nodes = [a for a in range(len(s)) if float(s[a][a]) > 0]
         w = [[1.0 if a == b else float(s[a][b]) for b in nodes] for a in nodes]
@@ -292,7 +400,7 @@ def round_reference(similarity, name: str) -> float:
     if name == "eigval_laplacian":
         return math.fsum(max(0.0, 1.0 - float(x)) for x in lam)
     if name == "eccentricity":
-        kept = [j for j in range(m) if lam[j] < ECCENTRICITY_THRESHOLD]
+        kept = [j for j in range(m) if lam[j] < threshold]
         sq = 0.0
         for j in kept:
             col = [float(u[a, j]) for a in range(m)]
@@ -303,8 +411,9 @@ def round_reference(similarity, name: str) -> float:
 
 
 def _reference(name: str):
-    def reference(similarity, round_mask) -> dict[str, float]:
-        values = [round_reference(similarity[t], name)
+    def reference(similarity, round_mask, n_agents=None,
+                  threshold: float = ECCENTRICITY_THRESHOLD) -> dict[str, float]:
+        values = [round_reference(similarity[t], name, n_agents, threshold)
                   for t in range(len(round_mask)) if round_mask[t]]
         if not values:
             return {name: math.nan, f"{name}_mean": math.nan}

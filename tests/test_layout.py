@@ -401,7 +401,8 @@ PUBLIC = {
     "fastuq.signals.lexical": {"BLOCK_TOKENS", "MASK_SLOTS", "MIN_HASH_BITS", "pair_counts",
                                "pair_jaccard", "round_similarity"},
     "fastuq.signals.rouge": {"pair_rouge_l"},
-    "fastuq.engine.similarity": {"SIMILARITIES", "answer_labels", "text_similarity"},
+    "fastuq.engine.similarity": {"SIMILARITIES", "answer_labels", "narrow_classes",
+                                 "text_similarity"},
     # the black-box answer-set estimators
     "fastuq.kernels.answer_sets": {
         "COCOA_FIELDS", "SET_FIELDS", "UNROLL_SLOTS", "answer_entropy", "answer_entropy_mean",

@@ -73,18 +73,10 @@ def _draw_inputs(rng: np.random.Generator, t: int, n: int, a: int, team: int,
     steps[rng.random(steps.shape) < 0.2] = rng.choice([0.0, 0.35, 0.62, 1.0])
     steps[:, ~step_mask] = np.nan  # padding may hold anything
     derived = bool(rng.random() < 0.5)
-    # the round's similarity graph: answer labels (a node's lowest same-class slot, its own
-    # slot without a vote, -1 past the team) or Jaccard indices of small random token sets
+    # the round's similarity graph: the answer classes (the team's slots, n_agents, are its
+    # nodes; equal classes >= 0 are similar) or Jaccard indices of small random token sets
     team_slots = np.minimum(np.maximum(agents, team), a)
     in_team = (np.arange(a)[None, None, :] < team_slots[None, :, None]) & round_mask[:, :, None]
-    labels = np.full(answer_class.shape, -1.0)
-    for i in range(a):  # the lowest slot of the same class (a voter), else its own slot
-        rep = np.full(answer_class.shape[:2], float(i))
-        for j in range(i - 1, -1, -1):
-            hit = (answer_class[..., j] >= 0) & (answer_class[..., j] == answer_class[..., i])
-            rep = np.where(hit & (answer_class[..., i] >= 0), j, rep)
-        labels[..., i] = rep
-    labels[~in_team] = -1.0
     sets = rng.random((t, n, a, 6)) < rng.uniform(0.1, 0.8)
     inter = (sets[..., :, None, :] & sets[..., None, :, :]).sum(-1)
     union = (sets[..., :, None, :] | sets[..., None, :, :]).sum(-1)
@@ -108,7 +100,7 @@ def _draw_inputs(rng: np.random.Generator, t: int, n: int, a: int, team: int,
         "round_entropy": entropy if derived else None,
         "round_classes": answer_class if derived else None,
         "n_agents": np.maximum(agents, team).astype(float),
-        "similarity": labels if rng.random() < 0.5 else jaccard, "text_similarity": jaccard,
+        "similarity": answer_class if rng.random() < 0.5 else jaccard, "text_similarity": jaccard,
     }
 
 

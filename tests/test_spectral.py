@@ -209,3 +209,85 @@ def test_a_team_of_one_has_no_pair():
     assert math.isnan(got["lexical_similarity"][0])
     assert got["eigval_laplacian"][0] == 1.0 and got["degree_matrix"][0] == 0.0
     assert got["eccentricity"][0] == 0.0
+
+
+# ---------------------------------------------------------------- eccentricity's threshold
+
+
+def test_eccentricity_threshold_by_hand_on_lexical_similarity():
+    # texts "a b", "b c", "c d" (test_three_agents_lexical_by_hand): Laplacian eigenvalues
+    # 0, 1/4 and 13/20 with unit eigenvectors u0 = (2, sqrt5, 2) / sqrt13 (D^1/2 1), u1 =
+    # (1, 0, -1) / sqrt2 and a third. Each kept u adds 1 - (1^T u)^2 / 3 to Eccentricity^2:
+    # (1^T u0)^2 = (4 + sqrt5)^2 / 13 = (21 + 8 sqrt5) / 13, so u0 adds (18 - 8 sqrt5) / 39
+    # and u1 adds 1. threshold 0.5 keeps u0, u1: sqrt((57 - 8 sqrt5) / 39); 0.2 keeps u0
+    # only: sqrt((18 - 8 sqrt5) / 39); 0.9 (default) and 2 keep all three: sqrt(3 - 1).
+    texts = ["a b", "b c", "c d"]
+    r5 = math.sqrt(5)
+    cases = {0.2: math.sqrt((18 - 8 * r5) / 39), 0.5: math.sqrt((57 - 8 * r5) / 39),
+             None: math.sqrt(2), 2.0: math.sqrt(2)}
+    table = _table(texts=[[texts]], team=3)
+    for thr, want in cases.items():
+        kw = {} if thr is None else {"threshold": thr}
+        for backend in ("jax", "numpy"):
+            got = _score(table, ["eccentricity"], similarity="lexical", backend=backend,
+                         dtype="float64", **kw)
+            assert got["eccentricity"][0] == pytest.approx(want, rel=1e-12), (thr, backend)
+            got32 = _score(table, ["eccentricity"], similarity="lexical", backend=backend,
+                           dtype="float32", **kw)
+            assert got32["eccentricity"][0] == pytest.approx(want, rel=1e-5), (thr, backend)
+
+
+def test_eccentricity_threshold_on_answer_classes_by_hand():
+    # answers 2, 2, 5 (test_three_agents_answer_sets_by_hand): Laplacian eigenvalues 0, 0
+    # and 1. A threshold in (0, 1] keeps the two block indicators: Eccentricity 1; above 1
+    # it keeps the whole basis: sqrt(3 - 3/3) = sqrt(2).
+    table = _table(answers=[[["2", "2", "5"]]], team=3)
+    for thr, want in ((0.05, 1.0), (1.0, 1.0), (1.5, math.sqrt(2)), (2.0, math.sqrt(2))):
+        for backend in ("jax", "numpy"):
+            got = _score(table, ["eccentricity"], threshold=thr, backend=backend)
+            assert got["eccentricity"][0] == pytest.approx(want, rel=1e-12, abs=1e-12), (
+                thr, backend)
+
+
+def test_eccentricity_threshold_is_validated_and_named():
+    table = _table(answers=[[["1", "2"]]], team=2)
+    for bad in (0.0, -0.5, 2.5, float("nan")):
+        with pytest.raises(ValueError, match="threshold"):
+            fastuq.score(table, "eccentricity", threshold=bad)
+    with pytest.raises(ValueError, match="threshold.*eccentricity"):
+        fastuq.score(table, "eigval_laplacian", threshold=0.5)  # would be ignored
+    with pytest.raises(TypeError, match="thres"):
+        fastuq.score(table, "eccentricity", thres=0.5)
+
+
+# ---------------------------------------------------------------- the packed answer classes
+
+
+def test_wide_teams_take_both_code_paths_and_match_the_reference():
+    # teams padded to 16 slots run the unrolled compares, 32 slots the [T, N, A, A] array
+    # code (kernels.spectral.UNROLL_SLOTS = 16): both against the per-trajectory reference
+    from fastuq.kernels.spectral import UNROLL_SLOTS
+
+    rng = np.random.default_rng(7)
+    for team in (UNROLL_SLOTS, UNROLL_SLOTS + 4):
+        answers = [[[None if rng.random() < 0.2 else str(rng.integers(0, 4))
+                     for _ in range(team)] for _ in range(int(rng.integers(1, 4)))]
+                   for _ in range(6)]
+        want = [spectral_trajectory(a, team, "answer") for a in answers]
+        for backend in ("jax", "numpy"):
+            got = _score(_table(answers=answers, team=team), SPECTRAL, backend=backend,
+                         dtype="float64")
+            for k, ref in enumerate(want):
+                for column in got:
+                    assert got[column][k] == pytest.approx(ref[column], rel=1e-9, abs=1e-9), (
+                        team, backend, column, k)
+
+
+def test_answer_classes_are_packed_in_the_narrowest_int_type():
+    from fastuq.engine.similarity import narrow_classes
+
+    for top, dtype in ((-1, np.int8), (127, np.int8), (128, np.int16), (32767, np.int16),
+                       (32768, np.int32)):
+        x = np.array([[-1, top]], np.int32)
+        got = narrow_classes(x)
+        assert got.dtype == dtype and (got == x).all(), top

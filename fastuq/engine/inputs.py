@@ -58,9 +58,10 @@ input               shape           built from
 ``round_classes``   ``[T, N, A]``   UAAD's derived risk: ``answer_class`` where the corpus
                     int             has no step columns (optional: absent with them)
 ``similarity``      ``[T, N, A]``   the round's similarity graph, by the ``similarity``
-                    or ``[T, N,     parameter: ``answer``: each node's vote-class label
-                    A, A]``         (``answers``); ``lexical``: pairwise token-set Jaccard
-                                    of ``texts``; ``rouge_l``: their ROUGE-L F-measure
+                    int or ``[T,    parameter: ``answer``: ``answer_class`` in the
+                    N, A, A]``      narrowest int type that holds it (with ``n_agents``,
+                                    the team); ``lexical``: pairwise token-set Jaccard of
+                                    ``texts``; ``rouge_l``: their ROUGE-L F-measure
                                     (:mod:`fastuq.engine.similarity`)
 ``text_similarity`` ``[T, N, A, A]`` the lexical form of ``similarity`` (``texts``)
 ==================  ==============  =====================================================

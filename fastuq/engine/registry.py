@@ -156,10 +156,20 @@ SIMILARITY = Param("similarity", default="answer", choices=SIMILARITIES, kernel=
                        "ROUGE-L F-measure (rouge_l)")
 
 
+#: Eccentricity's threshold on the normalised Laplacian's eigenvalues (lm-polygraph's
+#: ``thres``): those eigenvalues lie in [0, 2), so a threshold above 2 keeps what 2 keeps
+#: and one at or below 0 keeps nothing.
+THRESHOLD = Param("threshold", default=0.9, low=0.0, high=2.0, low_open=True,
+                  doc="eccentricity: keep the Laplacian eigenvectors with eigenvalue below "
+                      "this (lm-polygraph's thres)")
+
+
 def _spectral(name: str, description: str, inputs=("similarity", "round_mask"),
-              params=(SIMILARITY,)) -> Estimator:
-    """An entry of :mod:`fastuq.kernels.spectral`: the last round's score and its mean."""
+              params=(SIMILARITY,), optional_inputs=("n_agents",)) -> Estimator:
+    """An entry of :mod:`fastuq.kernels.spectral`: the last round's score and its mean
+    (``n_agents``: the team of the answer-class form of ``similarity``)."""
     return Estimator(name=name, inputs=inputs, params=params,
+                     optional_inputs=optional_inputs,
                      outputs=(name, f"{name}_mean"), scores=(name, f"{name}_mean"),
                      **_kernels("spectral", name),
                      description=description + " (last executed round; also its mean over "
@@ -276,7 +286,7 @@ _BUILTIN = (
     ),
     _spectral("lexical_similarity",
               "minus the mean pairwise token-set Jaccard index of the agents' texts",
-              inputs=("text_similarity", "round_mask"), params=()),
+              inputs=("text_similarity", "round_mask"), params=(), optional_inputs=()),
     _spectral("eigval_laplacian",
               "Lin et al. 2023: sum of max(0, 1 - eigenvalue) of the normalised graph "
               "Laplacian of the round's similarity (with answers: the number of answer sets)"),
@@ -285,7 +295,7 @@ _BUILTIN = (
               "round's agents"),
     _spectral("eccentricity",
               "Lin et al. 2023: spread of the agents' Laplacian embeddings (eigenvalues "
-              "below 0.9)"),
+              "below threshold, default 0.9)", params=(SIMILARITY, THRESHOLD)),
 )
 
 _REGISTRY: dict[str, Estimator] = {est.name: est for est in _BUILTIN}

@@ -2,11 +2,13 @@
 scores (:mod:`fastuq.kernels.spectral`): built on the host from a :class:`Batch`, once per
 chunk, and checked against the rounds of agreement.
 
-* :func:`answer_labels` (``similarity="answer"``): ``[T, N, A]`` float, each node's label
-  is the lowest slot of its round whose answer is in the same vote class
-  (:meth:`Batch.answer_classes`, the classes agreement counts); an agent of the team that
-  cast no vote (silent, null or unparseable answer) is labelled with its own slot (a set of
-  its own); slots past the team, and rounds that did not execute, hold -1.
+* :func:`answer_labels` (``similarity="answer"``): ``[T, N, A]`` int, the vote class of every
+  node (:meth:`Batch.answer_classes`, the classes agreement counts, computed once per chunk
+  and shared with the ``answer_class`` input), ``-1`` where the agent cast no vote (silent,
+  null or unparseable answer) and in padding, in the narrowest of int8, int16 and int32 that
+  holds the chunk's class ids (no second pass over the answers: the kernel compares the
+  classes itself). The team (``n_agents``) says which slots are nodes: an agent of the team
+  without a vote is a set of its own.
 * :func:`text_similarity` (``similarity="lexical"``): ``[T, N, A, A]`` float, the token-set
   Jaccard index of the agents' ``texts`` (:func:`fastuq.signals.lexical.round_similarity`),
   1 on the diagonal of the team's slots; ``text_similarity(batch, "rouge_l")``
@@ -23,7 +25,7 @@ import numpy as np
 from fastuq.engine.batch import Batch
 from fastuq.errors import RecordError
 
-__all__ = ["SIMILARITIES", "answer_labels", "text_similarity"]
+__all__ = ["SIMILARITIES", "answer_labels", "narrow_classes", "text_similarity"]
 
 #: The values of the ``similarity`` parameter of the spectral estimators.
 SIMILARITIES = ("answer", "lexical", "rouge_l")
@@ -38,24 +40,24 @@ def _same_rounds(batch: Batch, mask: np.ndarray, other: np.ndarray, field: str) 
             f"{int(lb[n])} (field {field})", row=n)
 
 
+def narrow_classes(classes: np.ndarray) -> np.ndarray:
+    """Answer classes ``[..., A]`` int (``-1``: no vote) in the narrowest of int8, int16 and
+    int32 that holds them (the same array when it is already that type): equal stays equal,
+    and the kernel's compares read 1, 2 or 4 bytes per node."""
+    top = int(classes.max(initial=-1))
+    dtype = np.int8 if top <= np.iinfo(np.int8).max else (
+        np.int16 if top <= np.iinfo(np.int16).max else np.int32)
+    return classes.astype(dtype, copy=False)
+
+
 def answer_labels(batch: Batch) -> np.ndarray:
-    """``[T, N, A]`` labels in ``batch.dtype`` (module docstring); cached per batch."""
+    """``[T, N, A]`` answer classes for the spectral scores (module docstring); cached per
+    batch."""
     if "similarity:answer" not in batch._cache:
         classes, ans_rounds = batch.answer_classes()
         mask = batch.rounds("agreement")[1]
         _same_rounds(batch, mask, ans_rounds, "answers")
-        a_max = classes.shape[-1]
-        team = np.minimum(batch.team_sizes("answers"), a_max)
-        labels = np.full(classes.shape, -1.0, batch.dtype)
-        voted = classes >= 0
-        for a in range(a_max):  # the lowest slot b <= a of the same class
-            rep = np.full(classes.shape[:2], a, np.int64)
-            for b in range(a - 1, -1, -1):
-                rep = np.where(voted[..., b] & (classes[..., b] == classes[..., a]), b, rep)
-            labels[..., a] = np.where(voted[..., a], rep, a)
-        in_team = (np.arange(a_max)[None, None, :] < team[None, :, None]) & mask[:, :, None]
-        labels[~in_team] = -1.0
-        batch._cache["similarity:answer"] = labels
+        batch._cache["similarity:answer"] = narrow_classes(classes)
     return batch._cache["similarity:answer"]
 
 
