@@ -343,7 +343,8 @@ def test_black_box_bench_loops_agree_with_the_numpy_twins(a):
         est = get_estimator(name)
         inputs = [x[i].astype(np.float64) if x[i].dtype.kind == "f" else x[i]
                   for i in est.inputs]
-        twin = call_kernel(est, inputs, {}, {}, n=n, dtype=np.dtype(np.float64),
+        optional = {k: x[k].astype(np.float64) for k in est.optional_inputs if k in x}
+        twin = call_kernel(est, inputs, optional, {}, n=n, dtype=np.dtype(np.float64),
                            backend="numpy")[name]
         loop = np.array([case_set.cases[name](x, a, k) for k in range(n)])
         np.testing.assert_allclose(loop, twin, rtol=1e-9, atol=1e-12, err_msg=name)

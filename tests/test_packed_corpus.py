@@ -230,7 +230,9 @@ def test_pack_manifest_hashes_are_those_of_the_files(tmp_path):
         data = (tmp_path / "c.fqpack" / entry["file"]).read_bytes()
         assert entry["bytes"] == len(data)
         assert entry["sha256"] == hashlib.sha256(data).hexdigest()
-    assert manifest["sources"] == [{"path": str(src), "bytes": src.stat().st_size,
+    st = src.stat()
+    assert manifest["sources"] == [{"path": str(src), "resolved": str(src.resolve()),
+                                    "bytes": st.st_size, "mtime_ns": st.st_mtime_ns,
                                     "sha256": hashlib.sha256(src.read_bytes()).hexdigest()}]
 
 
