@@ -32,6 +32,9 @@ settings.register_profile("dev", max_examples=15, deadline=None)
 settings.load_profile(os.environ.get("FASTUQ_HYPOTHESIS", "ci"))
 
 os.environ["PYTHONSAFEPATH"] = "1"  # inherited by every subprocess the tests start
+# Several test processes (pytest-xdist workers) may share one GPU: none may take most of its
+# memory up front, as JAX does by default.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 # Test-only references (tests/_references.py, ...) import by name under --import-mode=importlib.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -90,6 +93,17 @@ def installed_package_problem() -> str | None:
         return (f"imported fastuq from {pkg} and fastuq.kernels from {kernels}, expected "
                 f"{want[0]} and {want[1]} (the installed package)")
     return None
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """How many processes ``-n auto`` (pyproject.toml's addopts) runs the tests in: one per
+    CPU this process may use (affinity and cgroup quota, as the engine counts them), at most
+    4; none (in this process) on one CPU. Test files stay whole on one worker
+    (``--dist loadfile``), so a module's fixtures are built once."""
+    from fastuq.engine.host import available_cpus
+
+    usable = int(available_cpus())
+    return 0 if usable <= 1 else min(usable, 4)
 
 
 def pytest_configure(config: pytest.Config) -> None:
