@@ -100,6 +100,8 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     CPU this process may use (affinity and cgroup quota, as the engine counts them), at most
     4; none (in this process) on one CPU. Test files stay whole on one worker
     (``--dist loadfile``), so a module's fixtures are built once."""
+    if installed_package_problem():
+        return 0  # no workers: pytest_configure stops the run with the reason
     from fastuq.engine.host import available_cpus
 
     usable = int(available_cpus())
