@@ -207,7 +207,7 @@ class ChunkScorer:
     def _chunk(self, table: pa.Table, source: str, rows: np.ndarray, file: int,
                problem: pa.ChunkedArray | None) -> pa.Table:
         from fastuq.engine.checks import check_chunk
-        from fastuq.engine.pipeline import score_checked_chunk, score_table
+        from fastuq.engine.pipeline import score_table
         from fastuq.io.readers import Chunk
         from fastuq.io.schema import Problems
 
@@ -226,13 +226,7 @@ class ChunkScorer:
                 problems.bad[int(i)] = reasons[int(i)].as_py()
         table, problems, _ = check_chunk(table, source, rows, self._marks(rows, file),
                                          problems)
-        skipped: list = []
-        done, _ = score_checked_chunk(chunk, table, problems, self.c.resolved, skipped,
-                                      backend=self.c.backend, **self.kw)
-        out = [] if done is None else [self._scored(*done)]
-        if skipped:
-            out.append(self._skipped(skipped))
-        return pa.concat_tables(out) if out else self.schema.empty_table()
+        return self._score_checked(chunk, table, problems)
 
     def _pack_chunk(self, index: int) -> pa.Table:
         """Chunk ``index`` of the pack, memory-mapped from its file on this worker, scored
@@ -240,7 +234,7 @@ class ChunkScorer:
         the same checks; its ids were checked unique across the corpus when it was
         packed)."""
         from fastuq.engine.checks import check_chunk, with_value_problems
-        from fastuq.engine.pipeline import score_checked_chunk, score_table
+        from fastuq.engine.pipeline import score_table
         from fastuq.io.packfile import read_pack_chunk
         from fastuq.io.readers import Chunk
 
@@ -257,6 +251,13 @@ class ChunkScorer:
             return self._scored(batch, scores)
         table, problems, _ = check_chunk(table, chunk.source, rows, lambda problems, ids: None)
         with_value_problems((chunk, table, problems), self.c.check == "corpus")
+        return self._score_checked(chunk, table, problems)
+
+    def _score_checked(self, chunk, table: pa.Table, problems) -> pa.Table:
+        """A checked chunk under skip: its scored rows and its skip records, one table
+        (the schema's empty table when neither)."""
+        from fastuq.engine.pipeline import score_checked_chunk
+
         skipped: list = []
         done, _ = score_checked_chunk(chunk, table, problems, self.c.resolved, skipped,
                                       backend=self.c.backend, **self.kw)
