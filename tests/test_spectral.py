@@ -291,3 +291,28 @@ def test_answer_classes_are_packed_in_the_narrowest_int_type():
         x = np.array([[-1, top]], np.int32)
         got = narrow_classes(x)
         assert got.dtype == dtype and (got == x).all(), top
+
+
+@settings(max_examples=30, deadline=None)
+@given(width=st.sampled_from([1, 2, 3, 4, 6, 8, 12, 16]), t_max=st.integers(1, 4),
+       n=st.integers(1, 9), dtype=st.sampled_from(["int8", "int16", "int32"]),
+       seed=st.integers(0, 2**32 - 1))
+def test_answer_kernels_read_every_class_width_alike(width, t_max, n, dtype, seed):
+    # int8 and int16 classes of whole 32-bit words are read as words and unpacked
+    # (kernels.spectral._slot_planes); every width must count the same sets, nodes and equal
+    # pairs as the NumPy twin, with classes at the ends of the type's range, votes missing
+    # (-1), slots past the team holding anything and rounds masked out
+    from fastuq.kernels import spectral
+
+    rng = np.random.default_rng(seed)
+    top = np.iinfo(dtype).max
+    pool = np.array([-1, 0, 1, top - 1, top], np.int64)
+    classes = pool[rng.integers(0, len(pool), (t_max, n, width))].astype(dtype)
+    team = rng.integers(1, width + 1, n).astype(np.float64)
+    mask = np.arange(t_max)[:, None] < rng.integers(0, t_max + 1, n)[None, :]
+    for name in SPECTRAL:
+        want = getattr(spectral, f"{name}_numpy")(classes.astype(np.int64), mask, team)
+        got = getattr(spectral, name)(classes, mask, n_agents=team.astype(np.float32))
+        for column, ref in want.items():
+            np.testing.assert_allclose(np.asarray(got[column], np.float64), ref, rtol=1e-6,
+                                       atol=1e-6, err_msg=f"{name} {column} {dtype}")
