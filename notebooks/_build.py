@@ -107,13 +107,17 @@ print(ev.format_table(table))'''),
 registered estimator whose inputs DyLAN's logs have (SAUCE, the agreement baselines, UAAD's
 risk, answer entropy and the number of answer sets, the spectral family on answer classes;
 the log-probability estimators need token log-probabilities, which these logs lack). The
-stack (`fastuq fit --stack`) combines all the columns by an L2 logistic regression fitted
-per protocol, cross-fitted: its AUROC below is held out (each fold scored by a model fitted on
+stack (`fastuq fit --stack`) combines every score column, the spectral family's round means
+(`eigval_laplacian_mean`, ...) among them, by an L2 logistic regression fitted per protocol, cross-fitted: its AUROC below is held out (each fold scored by a model fitted on
 the other folds), beside each input on the same folds, with a bootstrap interval of the
 stack minus the best single column."""),
-    ("code", '''from fastuq.evaluation import fit_stack
+    ("code", '''from fastuq.engine.registry import score_outputs
+from fastuq.evaluation import fit_stack
 
-stack = fit_stack(scores.select(names), labels, scores["protocol"].to_numpy(), bootstrap=200)
+# every score column, as fastuq fit --stack takes them: the round means (*_mean) of the
+# spectral family too
+columns = score_outputs(scores.columns)
+stack = fit_stack(scores.select(columns), labels, scores["protocol"].to_numpy(), bootstrap=200)
 print(stack.summary())'''),
     ("markdown", """Agreement-based scores take few distinct values on a 4-agent team, so many
 trajectories tie; AUROC counts tied pairs one half, and AUARC keeps tied trajectories in file

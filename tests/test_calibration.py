@@ -302,6 +302,7 @@ def test_file_header_check_serves_calibration_and_stack_files(tmp_path):
         "stack": (fit_stack({"a": x, "b": -x}, y, bootstrap=0).save(tmp_path / "s.json"),
                   Stack.load, "fastuq-stack", "fastuq fit --stack"),
     }
+    layout = {"calibration": 1, "stack": 2}  # the stack's columns and producers: layout 2
     for kind, (path, load, fmt, command) in files.items():
         doc = json.loads(path.read_text())
         bad = tmp_path / f"bad-{kind}.json"
@@ -309,7 +310,7 @@ def test_file_header_check_serves_calibration_and_stack_files(tmp_path):
             ({"format": "other"}, f'{bad}: not a fastuq {kind} file (no "format": "{fmt}"); '
                                   f"write one with {command}"),
             ({"format_version": 9}, f"{bad}: {kind} file layout 9; this fastuq reads layout "
-                                    f"1; run {command} again"),
+                                    f"{layout[kind]}; run {command} again"),
             ({"fastuq_version": "7.0.0"}, f"{bad}: made by fastuq 7.0.0, another major "
                                           f"version than this fastuq {__version__} (scores "
                                           f"may differ); run {command} again"),
@@ -319,9 +320,10 @@ def test_file_header_check_serves_calibration_and_stack_files(tmp_path):
             with pytest.raises(ValueError) as info:
                 load(bad)
             assert str(info.value) == message
-        assert check_file_header(doc, "x", kind, fmt, 1, command) == doc["fastuq_version"]
+        assert check_file_header(doc, "x", kind, fmt, layout[kind], command) == \
+            doc["fastuq_version"]
         with pytest.raises(ValueError, match="^x: not a fastuq"):
-            check_file_header([doc], "x", kind, fmt, 1, command)
+            check_file_header([doc], "x", kind, fmt, layout[kind], command)
 
 
 # ------------------------------------------------------------------------------- commands

@@ -324,6 +324,9 @@ PUBLIC = {
     "fastuq.decisions.fileheader": {"check_file_header", "major_version"},
     "fastuq.evaluation.stack": {"STACK_COLUMN", "STACK_METRICS", "Stack", "fit_stack",
                                 "is_stack_file"},
+    # the score columns estimators declare, and the estimator that declares a column (the
+    # stack's, calibrate's and select's inputs)
+    "fastuq.engine.registry": {"score_estimator", "score_outputs"},
     "fastuq.metrics.logistic": {"LogisticModel", "logistic_fit", "standardise"},
     "fastuq.selection": {"best_of_k", "select_best"},
     # fastuq bench and the timing harness the bench/ scripts share

@@ -25,9 +25,10 @@ def add_parser(sub) -> None:
         sub, "calibrate",
         help="fit Platt or isotonic maps from scores to probabilities of being correct",
         description=(
-            "Score CORPUS with --method's estimators, fit one map from each estimator's score "
-            "to the probability of being correct per protocol (--calibrator platt: logistic "
-            "on the standardised score, as Brier-Platt; isotonic: pool adjacent violators), "
+            "Score CORPUS with --method's estimators, fit one map from each score column they "
+            "write (eigval_laplacian_mean beside eigval_laplacian) to the probability of "
+            "being correct per protocol (--calibrator platt: logistic on the standardised "
+            "score, as Brier-Platt; isotonic: pool adjacent violators), "
             "report the held-out Brier score, log-loss and ECE (15 equal-width bins) of "
             "--folds stratified folds, and write the maps, the estimators' parameters and the "
             "metrics to -o CALIB.json for 'fastuq score --calibration'. Exit status: 0 ok, 2 "
@@ -88,7 +89,6 @@ def run(args: argparse.Namespace) -> int:
     if rc is not None:
         return rc
     try:
-        import fastuq
         from fastuq.decisions.calibration import NO_PROTOCOL, Calibrator, scoring_record
         from fastuq.engine.methods import method_list
 
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
 
             use_cpu_devices(None, strict=False)
         params, per_protocol = cs.sauce_overrides(args)
-        from fastuq.engine.registry import check_params
+        from fastuq.engine.registry import check_params, score_outputs
 
         names = method_list(args.method)
         check_params(params, None if names == ["all"] else names)
@@ -113,7 +113,9 @@ def run(args: argparse.Namespace) -> int:
         listing = cs.save_skipped(args, skipped, source, args.output)
         cs.report_skipped(prog, skipped, listing)
         labels = cs.corpus_labels(table, source, "calibration needs them")
-        estimators = [c for c in table.column_names if c in fastuq.ESTIMATORS]
+        # every score column the estimators write (eigval_laplacian_mean beside
+        # eigval_laplacian), each calibrated on its own
+        estimators = score_outputs(table.column_names)
         if args.protocol is not None:
             protocols = args.protocol
         elif "protocol" in table.column_names:

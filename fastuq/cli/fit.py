@@ -24,7 +24,8 @@ def add_parser(sub) -> None:
             "AUROC/AUARC of the fitted parameters against the protocol presets. Writes the "
             "parameters (and the report) as JSON with -o. With --stack: score CORPUS with "
             "--method's estimators (default: every one the corpus supports), fit an L2 "
-            "logistic regression on their standardised scores per protocol, cross-fitted on "
+            "logistic regression on every score column they write (e.g. eigval_laplacian and "
+            "its round mean eigval_laplacian_mean), standardised, per protocol, cross-fitted on "
             "--folds stratified folds, and report its held-out AUROC/AUARC/Brier beside each "
             "estimator's, with paired bootstrap intervals of stack minus the best single "
             "estimator; -o writes the stack file for 'fastuq score --method stack --params'."
@@ -170,11 +171,10 @@ def _run_stack(prog: str, args: argparse.Namespace, source) -> int:
     if rc is not None:
         return rc
     try:
-        import fastuq
         from fastuq.decisions.calibration import NO_PROTOCOL, scoring_record
         from fastuq.engine.host import use_cpu_devices
         from fastuq.engine.methods import method_list
-        from fastuq.engine.registry import check_params
+        from fastuq.engine.registry import check_params, score_outputs
         from fastuq.evaluation.stack import Stack
 
         stack = Stack(folds=folds, seed=args.seed, C=1.0 if args.C is None else args.C,
@@ -197,16 +197,18 @@ def _run_stack(prog: str, args: argparse.Namespace, source) -> int:
         listing = cs.save_skipped(args, skipped, source, args.output)
         cs.report_skipped(prog, skipped, listing)
         labels = cs.corpus_labels(table, source, "the stack is fitted to them")
-        estimators = [c for c in table.column_names if c in fastuq.ESTIMATORS]
-        if not estimators:
-            raise ValueError(f"{source}: no estimator column to stack")
+        # every score column the estimators declare (eigval_laplacian and its round mean
+        # eigval_laplacian_mean), not only the columns named as an estimator
+        columns = score_outputs(table.column_names)
+        if not columns:
+            raise ValueError(f"{source}: no score column to stack")
         if args.protocol is not None:
             protocols = args.protocol
         elif "protocol" in table.column_names:
             protocols = table.column("protocol")
         else:
             protocols = None
-        stack.fit(table.select(estimators), labels, protocols,
+        stack.fit(table.select(columns), labels, protocols,
                   ids=table.column("trajectory_id"))
         stack.params = _plain_params(params)
         stack.scoring = scoring_record(stack.estimators, stack.protocols, params,

@@ -239,10 +239,14 @@ def _calibration(args: argparse.Namespace, params: dict):
     if args.calibration is None:
         return None
     from fastuq.decisions.calibration import Calibrator, scoring_record
+    from fastuq.engine.registry import score_estimator
 
     cal = Calibrator.load(args.calibration)
     names = _run_names(args.method)
-    missing = [m for m in cal.estimators if names != ["all"] and m not in names]
+    # a calibrated column is its estimator's (eigval_laplacian_mean: eigval_laplacian's)
+    missing = list(dict.fromkeys(
+        e for e in (score_estimator(m) or m for m in cal.estimators)
+        if names != ["all"] and e not in names))
     if missing:
         raise ValueError(f"--calibration {args.calibration} calibrates "
                          f"{', '.join(cal.estimators)}: add {', '.join(missing)} to --method")

@@ -17,8 +17,9 @@ def add_parser(sub) -> None:
         description=(
             "For corpora with several trajectories per question_id, keep the trajectory with "
             "the lowest uncertainty of each question (ties: the first in input order) and "
-            "report the accuracy of the selection per estimator, beside the accuracy of all "
-            "trajectories, of a uniform random pick, and of an oracle."
+            "report the accuracy of the selection per score column (eigval_laplacian_mean "
+            "too), beside the accuracy of all trajectories, of a uniform random pick, and of "
+            "an oracle."
         ),
     )
     p.add_argument("input", help="labelled corpus (needs question_id and correct)")
@@ -49,9 +50,10 @@ def run(args: argparse.Namespace) -> int:
         for need in ("question_id", "correct"):
             if need not in table.column_names:
                 raise ValueError(f"{args.input}: the corpus has no {need} column")
-        from fastuq.engine.registry import ESTIMATORS
+        from fastuq.engine.registry import score_outputs
 
-        names = [c for c in table.column_names if c in ESTIMATORS]
+        # every score column (eigval_laplacian_mean too), not only those named as estimators
+        names = score_outputs(table.column_names)
         result = best_of_k(table["question_id"], {n: table[n].to_numpy() for n in names},
                            table["correct"].to_numpy())
         if skipped_to is not None:

@@ -143,15 +143,19 @@ def scoring_record(
     {estimator: {protocol: {parameter: value}}}, "observation_noise": ..., "math": ...}``,
     each parameter resolved as the scorer resolves it (the value given for the protocol,
     else the protocol's preset, else the default; :data:`NO_PROTOCOL` consults no preset).
+    A name of ``methods`` may also be a score column that an estimator declares
+    (``eigval_laplacian_mean``, a calibrated column): it is recorded under its own name with
+    the parameters of the estimator that writes it
+    (:func:`fastuq.engine.registry.score_estimator`).
     ValueError when a protocol has no value for a parameter or a value is out of range;
     TypeError for a parameter no estimator takes."""
-    from fastuq.engine.registry import check_params, get_estimator
+    from fastuq.engine.registry import ESTIMATORS, check_params, get_estimator, score_estimator
 
     params = {k: v for k, v in (params or {}).items() if v is not None}
     check_params(params, None)  # names and ranges (others' parameters may be among them)
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for name in methods:
-        est = get_estimator(name)
+        est = get_estimator(name if name in ESTIMATORS else (score_estimator(name) or name))
         per: dict[str, dict[str, Any]] = {}
         for proto in protocols:
             own = {k: (v.get(proto) if isinstance(v, Mapping) else v)

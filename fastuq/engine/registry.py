@@ -43,7 +43,7 @@ from fastuq.engine.inputs import CONFIDENCES, INPUTS
 from fastuq.engine.similarity import SIMILARITIES
 
 __all__ = ["ESTIMATORS", "Estimator", "Param", "check_params", "finite", "get_estimator",
-           "register", "score_outputs", "takers", "unregister"]
+           "register", "score_estimator", "score_outputs", "takers", "unregister"]
 
 
 SAUCE_PRESETS: Mapping[str, Mapping[str, float]] = MappingProxyType(
@@ -366,6 +366,13 @@ def score_outputs(columns: Iterable[str]) -> list[str]:
     evaluate, e.g. ``eigval_laplacian`` and ``eigval_laplacian_mean``, not ``uaad_tier``."""
     known = {c for est in _REGISTRY.values() for c in est.scores}
     return [c for c in columns if c in known]
+
+
+def score_estimator(column: str) -> str | None:
+    """The name of the registered estimator that declares ``column`` among its scores
+    (:attr:`Estimator.scores`; ``"eigval_laplacian"`` for ``eigval_laplacian_mean``), or
+    None when no registered estimator does."""
+    return next((name for name, est in _REGISTRY.items() if column in est.scores), None)
 
 
 def takers(param: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""The estimator stack: a cross-fitted combination of every estimator column a corpus
+"""The estimator stack: a cross-fitted combination of every score column a corpus
 supports, per protocol (``fastuq fit --stack``, ``fastuq score --method stack``).
 
 >>> stack = Stack(folds=5).fit({"mean_agreement": a, "sauce": s}, correct, protocols)
@@ -31,18 +31,32 @@ model saved: the number a leaky evaluation would show.
 
 The model saved is then fitted on every trajectory of the protocol.
 
+The inputs are score columns, not estimators: an estimator may declare several scores
+(:attr:`fastuq.engine.estimator.Estimator.scores`: ``eigval_laplacian`` and
+``eigval_laplacian_mean``), and ``fastuq fit --stack`` stacks every one of them the scored
+corpus carries (:func:`fastuq.engine.registry.score_outputs`). The stack keeps ``columns``
+(its inputs, in order) and ``producers`` (``{column: estimator}``, from
+:func:`fastuq.engine.registry.score_estimator`; a column no registered estimator declares is
+its own producer, as a Python caller's ``{"a": ...}``); ``estimators`` are the distinct
+producers, the estimators to run, each once, to apply it.
+
 How it fits the registry: ``stack`` is not a registry entry (an entry is a kernel over packed
 arrays, with fixed parameters and presets) but a step after scoring, as ``--calibration`` is:
 :func:`fastuq.engine.files.score_file` (``stack=``) runs the stack's input estimators with
 the other methods, then adds the ``stack`` column from their scores. Estimators registered
 later (by another module or a user) become inputs of the stacks fitted after them.
 
-A stack file records the fastuq version, the estimators and their parameters as they were
+A stack file (layout 2) records the fastuq version, the input columns and the estimator
+producing each, the estimators and their parameters as they were
 scored (the values given, and :func:`fastuq.decisions.calibration.scoring_record` per
 protocol), the observation noise, the folds, seed, ``C`` and bootstrap settings, the
 models and the report. ``fastuq score --method stack`` scores the inputs with the recorded
 parameters and refuses a file whose parameters differ from the run's, or another fastuq
-major version (:meth:`Stack.check_scoring`, :meth:`Stack.load`).
+major version (:meth:`Stack.check_scoring`, :meth:`Stack.load`). Layout 1 files (fastuq
+before the stack took every score column) stacked estimator columns only, each its own
+estimator's, and still load as such; layout 2 exists because its models name columns (such
+as ``eigval_laplacian_mean``) that are not estimators, which a layout 1 reader would
+misread as estimators to run.
 """
 
 from __future__ import annotations
@@ -72,7 +86,9 @@ STACK_COLUMN = "stack"
 #: Metrics reported per protocol, and whether higher is better.
 STACK_METRICS = {"auroc": True, "auarc": True, "brier": False}
 FILE_FORMAT = "fastuq-stack"
-FILE_FORMAT_VERSION = 1
+FILE_FORMAT_VERSION = 2
+#: The layouts this fastuq reads: 1 (one column per estimator, named as it) and 2.
+READ_VERSIONS = (1, 2)
 
 
 def is_stack_file(path: str | os.PathLike) -> bool:
@@ -119,6 +135,15 @@ def _columns(scores: Any) -> dict[str, np.ndarray]:
         return {str(k): np.asarray(v, np.float64) for k, v in scores.items()}
     raise TypeError(f"scores must be a mapping name -> [N] scores, a Polars DataFrame or a "
                     f"pyarrow Table, got {type(scores).__name__}")
+
+
+def _producers(columns: list[str], given: Mapping[str, str] | None) -> dict[str, str]:
+    """``{column: estimator}`` of the stack's input ``columns``: ``given``'s, else the
+    registered estimator declaring the column as a score, else the column itself."""
+    from fastuq.engine.registry import score_estimator
+
+    given = dict(given or {})
+    return {c: str(given[c]) if c in given else (score_estimator(c) or c) for c in columns}
 
 
 def _who(ids: Any, k: int) -> str:
@@ -174,8 +199,10 @@ class Stack:
       bootstrap: paired bootstrap replicates of the differences (default 1000; 0: none).
       level: the intervals' coverage (default 0.95).
 
-    After :meth:`fit`: ``estimators`` (every input column used by some protocol, in input
-    order), ``protocols`` (sorted), ``models_`` (``{protocol: {"columns", "mean", "scale",
+    After :meth:`fit`: ``columns`` (every input column used by some protocol, in input
+    order), ``producers`` (``{column: estimator producing it}``), ``estimators`` (the
+    distinct producers, in column order: what to score to apply the stack), ``protocols``
+    (sorted), ``models_`` (``{protocol: {"columns", "mean", "scale",
     "coef", "intercept"}}``, plain numbers), ``report_`` (``{protocol: ...}``, see
     :meth:`summary`), ``counts_``; ``params`` (the estimator parameters given when the
     inputs were scored) and ``scoring`` (:func:`fastuq.decisions.calibration.scoring_record`
@@ -196,6 +223,8 @@ class Stack:
         self.folds, self.seed, self.C = int(folds), int(seed), float(C)
         self.bootstrap, self.level = int(bootstrap), float(level)
         self.estimators: list[str] = []
+        self.columns: list[str] = []
+        self.producers: dict[str, str] = {}
         self.protocols: list[str] = []
         self.models_: dict[str, dict[str, Any]] = {}
         self.report_: dict[str, dict[str, Any]] = {}
@@ -205,20 +234,22 @@ class Stack:
         self.fastuq_version: str | None = None
 
     def __repr__(self) -> str:
-        fitted = f", estimators={self.estimators}, protocols={self.protocols}" \
-            if self.estimators else ""
+        fitted = f", columns={self.columns}, protocols={self.protocols}" \
+            if self.columns else ""
         return f"Stack(folds={self.folds}, C={self.C}{fitted})"
 
     # -- fitting
 
     def fit(self, scores: Any, labels: Any, protocols: Any = None, *,
-            ids: Any = None) -> Stack:
-        """Fit one stack per protocol on the score columns ``scores`` (``{estimator: [N]}``,
+            ids: Any = None, producers: Mapping[str, str] | None = None) -> Stack:
+        """Fit one stack per protocol on the score columns ``scores`` (``{column: [N]}``,
         a Polars DataFrame or pyarrow Table; uncertainties) against ``labels [N]`` (bool,
         correct = True), cross-fitted and reported held out (module doc).
 
         ``protocols``: None (one stack, :data:`NO_PROTOCOL`), a name for every row, or
-        ``[N]`` names. ``ids``: ``[N]`` trajectory ids for messages.
+        ``[N]`` names. ``ids``: ``[N]`` trajectory ids for messages. ``producers``:
+        ``{column: estimator}`` for columns whose estimator is not the registered one that
+        declares the column as a score (default: that one, else the column's own name).
 
         Raises:
           ValueError: no score column, lengths that differ, a null label (naming the
@@ -258,7 +289,9 @@ class Stack:
             used.update(models[proto]["columns"])
         from fastuq import __version__
 
-        self.estimators = [c for c in names if c in used]
+        self.columns = [c for c in names if c in used]
+        self.producers = _producers(self.columns, producers)
+        self.estimators = list(dict.fromkeys(self.producers[c] for c in self.columns))
         self.protocols = sorted(models)
         self.models_, self.report_, self.counts_ = models, report, counts
         self.fastuq_version = __version__
@@ -335,11 +368,13 @@ class Stack:
         row's protocol has no model (naming the trajectory, with ``ids``, and the field)."""
         self._check_fitted()
         cols = _columns(scores)
-        missing = [c for c in self.estimators if c not in cols]
+        missing = [c for c in self.columns if c not in cols]
         if missing:
-            raise ValueError(f"no score column {missing[0]!r}: the stack combines "
-                             f"{', '.join(self.estimators)}; score those estimators")
-        n = cols[self.estimators[0]].shape[0]
+            raise ValueError(f"no score column {missing[0]!r} (estimator "
+                             f"{self.producers.get(missing[0], missing[0])!r}): the stack "
+                             f"combines {', '.join(self.columns)}; score "
+                             f"{', '.join(self.estimators)}")
+        n = cols[self.columns[0]].shape[0]
         distinct, code = _protocol_groups(protocols, n)
         unknown = [k for k, p in enumerate(distinct) if p not in self.models_]
         if unknown:
@@ -416,7 +451,9 @@ class Stack:
             "C": self.C, "bootstrap": self.bootstrap, "level": self.level,
             "score": ("stack = P(wrong) = sigmoid(-(intercept + sum_j coef_j (x_j - mean_j) / "
                       "scale_j)) over the protocol's columns"),
-            "estimators": list(self.estimators), "protocols": list(self.protocols),
+            "estimators": list(self.estimators), "columns": list(self.columns),
+            "producers": {c: self.producers[c] for c in self.columns},
+            "protocols": list(self.protocols),
             "counts": {p: {"n": n, "correct": c} for p, (n, c) in self.counts_.items()},
             "params": self.params, "scoring": self.scoring,
             "models": self.models_, "report": self.report_,
@@ -433,23 +470,40 @@ class Stack:
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any], source: str = "stack") -> Stack:
         """The :class:`Stack` of :meth:`to_dict`'s document (``source`` names it in errors).
-        ValueError for another format or layout, another fastuq major version, or a model
-        that is not plain finite numbers of matching lengths."""
-        made = check_file_header(doc, source, "stack", FILE_FORMAT, FILE_FORMAT_VERSION,
-                                 "fastuq fit --stack")
+        Layout 1 documents (no ``columns``: each estimator its own column) are read too.
+        ValueError for another format or layout, another fastuq major version, inputs whose
+        producers are not among the estimators, or a model that is not plain finite numbers
+        of matching lengths."""
+        layout = doc.get("format_version") if isinstance(doc, Mapping) else None
+        made = check_file_header(doc, source, "stack", FILE_FORMAT,
+                                 layout if type(layout) is int and layout in READ_VERSIONS
+                                 else FILE_FORMAT_VERSION, "fastuq fit --stack")
         try:
             st = cls(folds=doc["folds"], seed=doc["seed"], C=doc["C"],
                      bootstrap=doc["bootstrap"], level=doc["level"])
             st.estimators = [str(e) for e in doc["estimators"]]
+            if layout == 1:
+                st.columns = list(st.estimators)
+                st.producers = {c: c for c in st.columns}
+            else:
+                st.columns = [str(c) for c in doc["columns"]]
+                st.producers = {str(c): str(e) for c, e in doc["producers"].items()}
+                if set(st.producers) != set(st.columns):
+                    raise ValueError(f"producers {sorted(st.producers)} must name each of the "
+                                     f"columns {st.columns}")
+                made_by = list(dict.fromkeys(st.producers[c] for c in st.columns))
+                if made_by != st.estimators:
+                    raise ValueError(f"the estimators {st.estimators} must be the columns' "
+                                     f"producers {made_by}")
             st.protocols = [str(p) for p in doc["protocols"]]
             models = {}
             for proto in st.protocols:
                 m = doc["models"][proto]
                 cols = [str(c) for c in m["columns"]]
-                unknown = [c for c in cols if c not in st.estimators]
+                unknown = [c for c in cols if c not in st.columns]
                 if not cols or unknown:
                     raise ValueError(f"model {proto}: columns {cols} must be among the "
-                                     f"estimators {st.estimators}")
+                                     f"stack's columns {st.columns}")
                 arrays = {}
                 for key in ("mean", "scale", "coef"):
                     v = np.asarray(m[key], np.float64)
@@ -497,8 +551,9 @@ class Stack:
 
 def fit_stack(scores: Any, labels: Any, protocols: Any = None, *, ids: Any = None,
               folds: int = 5, seed: int = 0, C: float = 1.0, bootstrap: int = 1000,
-              level: float = 0.95) -> Stack:
+              level: float = 0.95, producers: Mapping[str, str] | None = None) -> Stack:
     """``Stack(folds=..., seed=..., C=..., bootstrap=..., level=...).fit(scores, labels,
-    protocols, ids=ids)``: the cross-fitted stack of the score columns (module doc)."""
+    protocols, ids=ids, producers=producers)``: the cross-fitted stack of the score
+    columns (module doc)."""
     return Stack(folds=folds, seed=seed, C=C, bootstrap=bootstrap, level=level).fit(
-        scores, labels, protocols, ids=ids)
+        scores, labels, protocols, ids=ids, producers=producers)
