@@ -191,6 +191,11 @@ def test_calibrate_maps_the_mean_columns_and_score_applies_them(corpus, inputs, 
                  "-o", str(out)]) == 2
     assert capsys.readouterr().err.strip().endswith(
         "calibrates eigval_laplacian, eigval_laplacian_mean: add eigval_laplacian to --method")
+    # and the report names the estimator too, not the columns it lacks
+    assert main(["report", str(corpus), "--method", "sauce", "--calibration", str(cal),
+                 "-o", str(tmp_path / "r.html")]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        "(add eigval_laplacian to the methods)")
 
 
 def test_select_ranks_every_score_column(corpus, tmp_path, capsys):

@@ -157,9 +157,12 @@ def _calibration_section(
         cal, source = Calibrator.load(calibration), str(calibration)
     missing = [m for m in cal.estimators if m not in scores.columns]
     if missing:
+        from fastuq.engine.registry import score_estimator
+
+        need = list(dict.fromkeys(score_estimator(m) or m for m in missing))
         raise ValueError(f"calibration {source} calibrates {', '.join(cal.estimators)}; "
-                         f"the report did not score {', '.join(missing)} (add it to the "
-                         "methods)")
+                         f"the report did not score {', '.join(missing)} (add "
+                         f"{', '.join(need)} to the methods)")
     try:
         cal.check_scoring(scoring_record(cal.estimators, cal.protocols, params,
                                          observation_noise=observation_noise))
