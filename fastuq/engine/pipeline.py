@@ -192,15 +192,19 @@ def score_table(
 
 def make_batch(table, chunk, rows, *, dtype, observation_noise, math, processes,
                pack: str = "host") -> Batch:
-    """The :class:`Batch` of rows ``rows`` of a chunk read from ``chunk.source``: for a
-    chunk of a pack with all its rows, a :class:`~fastuq.engine.packed.PackedBatch`, whose
-    packed inputs come from the pack."""
+    """The :class:`Batch` of rows ``rows`` (source rows) of a chunk read from
+    ``chunk.source``: for a chunk of a pack, a :class:`~fastuq.engine.packed.PackedBatch`,
+    whose packed inputs come from the pack (of the rows left, when bad rows were dropped
+    from it under ``on_error="skip"``)."""
     packed = getattr(chunk, "packed", None)
-    if packed is not None and table.num_rows == packed.table.num_rows:
+    if packed is not None:
         from fastuq.engine.packed import PackedBatch
 
-        return PackedBatch(table, packed, source=chunk.source, row0=chunk.source_row0,
-                           rows=rows, dtype=np.dtype(dtype),
+        positions = None
+        if table.num_rows != packed.table.num_rows:  # rows dropped: the chunk rows left
+            positions = np.asarray(rows, np.int64) - chunk.source_row0
+        return PackedBatch(table, packed, positions=positions, source=chunk.source,
+                           row0=chunk.source_row0, rows=rows, dtype=np.dtype(dtype),
                            observation_noise=observation_noise, math=math,
                            processes=processes)
     return Batch(table, source=chunk.source, row0=chunk.source_row0, rows=rows,
