@@ -73,15 +73,16 @@ def _skip_run(source, dtype: str, chunk_rows: int = 1 << 18, batches=None):
     return {k: np.concatenate(v) for k, v in out.items()}, skipped
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("n_agents", [True, False])
-def test_skip_from_a_topk_pack_equals_parquet(tmp_path, n_agents):
+def test_skip_from_a_topk_pack_equals_parquet(tmp_path, n_agents, dtype):
     src = tmp_path / "c.parquet"
     bad = _bad_topk_corpus(src, n_agents=n_agents)
     pack = tmp_path / "c.fqpack"
     manifest = pack_corpus(src, pack, chunk_rows=CHUNK)
     assert manifest["derived_only"] == ["topk_logprobs"] and len(manifest["chunks"]) == 4
     assert manifest["chunks"][0]["n_slots"] == 8  # the bad six-agent record's chunk
-    base, base_skipped = _skip_run(src, "float64", chunk_rows=CHUNK)
+    base, base_skipped = _skip_run(src, dtype, chunk_rows=CHUNK)
     assert [s.row for s in base_skipped] == sorted(bad)
     for s in base_skipped:
         assert bad[s.row] in s.reason and f"'t{s.row}'" in s.reason
@@ -90,7 +91,7 @@ def test_skip_from_a_topk_pack_equals_parquet(tmp_path, n_agents):
     want = set(fastuq.ESTIMATORS) - {"lexical_similarity"}
     assert set(base) >= want, sorted(want - set(base))
     batches: list = []
-    got, got_skipped = _skip_run(pack, "float64", batches=batches)
+    got, got_skipped = _skip_run(pack, dtype, batches=batches)
     assert all(isinstance(b, PackedBatch) for b in batches)
     assert [b.n for b in batches] == [63, 63, 63, 8]
     assert got_skipped == base_skipped  # source, row, trajectory id and reason
