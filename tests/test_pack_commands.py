@@ -211,23 +211,67 @@ def test_a_changed_source_warns_without_source(tmp_path, packed_copy, capsys):
 # --- one transfer per chunk to the devices ----------------------------------------------
 
 
-def test_a_packs_chunk_goes_to_the_devices_in_one_transfer(tmp_path, monkeypatch):
+def _with_bad_rows(path) -> list[int]:
+    """The bundled sample with two records that ``fastuq pack`` takes and scoring refuses
+    (written to ``path``): row 5 has no valid node (every ``seq_logprob`` null; found by the
+    vectorized skip checks), row 900 names predecessor 7 in its team of three (found by
+    UMAS's own check, which drops the row and scores the chunk again). Returns their rows."""
+    import pyarrow as pa
+
+    table = pq.read_table(sample_corpus_path())
+    seq = table["seq_logprob"].to_pylist()
+    seq[5] = [[None] * len(r) for r in seq[5]]
+    field = table.schema.field("seq_logprob")
+    table = table.set_column(table.column_names.index("seq_logprob"), field,
+                             pa.array(seq, field.type))
+    preds: list = [None] * table.num_rows
+    preds[900] = [[None] * len(r) for r in seq[900]]
+    preds[900][-1][0] = [7]
+    field = pa.field("predecessors", pa.list_(pa.list_(pa.list_(pa.int32()))))
+    pq.write_table(table.append_column(field, pa.array(preds, field.type)), path)
+    return [5, 900]
+
+
+@pytest.mark.parametrize("on_error, bad_rows", [("raise", False), ("skip", False),
+                                                ("skip", True)])
+def test_a_packs_chunk_goes_to_the_devices_in_one_transfer(tmp_path, monkeypatch, on_error,
+                                                           bad_rows):
     """Scoring a pack with the JAX kernels hands each chunk's inputs (every estimator's,
     a shared mask once) to the devices in one ``jax.device_put``, and no kernel is given a
     host array (which JAX would transfer by itself): counted on whatever the default
-    backend is (the CPU split into one device per core, or a GPU). The scores are those
-    of the source."""
+    backend is (the CPU split into one device per core, or a GPU). So with ``on_error=
+    "skip"`` too, and for chunks that lost rows to it (the arrays of the rows left in one
+    put, after a kernel's own check dropped a row and the chunk was prepared again). The
+    scores (and the skipped records) are those of the source."""
     import jax
 
-    import fastuq
     import fastuq.engine.runtime as runtime
+    from fastuq.engine.pipeline import iter_scores
 
+    src = sample_corpus_path()
+    bad = []
+    if bad_rows:
+        src = tmp_path / "bad.parquet"
+        bad = _with_bad_rows(src)
     pack = tmp_path / "s.fqpack"
-    manifest = pack_corpus(sample_corpus_path(), pack, chunk_rows=700)
+    manifest = pack_corpus(src, pack, chunk_rows=700)
     n_chunks = len(manifest["chunks"])
     assert n_chunks == 3
     methods = "sauce,umas,msp_final,mean_agreement,cocoa"
-    want = fastuq.score(sample_corpus_path(), methods, chunk_rows=700, dtype="float64")
+
+    def run(source, **kw):
+        skipped: list = []
+        out: dict[str, list] = {}
+        for batch, scores in iter_scores(str(source), methods=methods, dtype="float64",
+                                         on_error=on_error,
+                                         skipped=skipped if on_error == "skip" else None,
+                                         **kw):
+            for k, v in {"trajectory_id": batch.ids.to_pylist(), **scores}.items():
+                out.setdefault(k, []).extend(list(v))
+        return out, skipped
+
+    want, want_skipped = run(src, chunk_rows=700)
+    assert [s.row for s in want_skipped] == bad
 
     puts: list[int] = []  # host arrays moved by each device_put call
     implicit: list[str] = []  # host arrays handed to a kernel
@@ -252,9 +296,13 @@ def test_a_packs_chunk_goes_to_the_devices_in_one_transfer(tmp_path, monkeypatch
 
     monkeypatch.setattr(jax, "device_put", counting_put)
     monkeypatch.setattr(runtime, "per_device", counting_per_device)
-    got = fastuq.score(pack, methods, dtype="float64")
+    got, got_skipped = run(pack)
     assert implicit == []
     assert len(puts) == n_chunks, puts
     assert all(k >= 5 for k in puts)  # each chunk: every estimator's arrays in one call
-    for name in want.column_names:
-        assert got[name].equals(want[name]), name
+    assert got_skipped == want_skipped
+    assert got.keys() == want.keys() and len(got["trajectory_id"]) == 2000 - len(bad)
+    assert got.pop("trajectory_id") == want.pop("trajectory_id")
+    for name in want:
+        x, y = np.asarray(got[name], np.float64), np.asarray(want[name], np.float64)
+        assert np.array_equal(x.view(np.uint64), y.view(np.uint64)), name

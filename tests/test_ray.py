@@ -12,7 +12,6 @@ The test extra installs ``fastuq[ray]``, so this module runs in CI (it is never 
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import polars as pl
@@ -21,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 import ray
 import ray.data
+from _ray_cluster import ray_cluster  # noqa: F401 - the local_ray fixture
 
 import fastuq
 import fastuq.ray as fray
@@ -36,24 +36,6 @@ pytestmark = pytest.mark.slow
 CHUNK = 40
 METHODS = "sauce,umas,msp_final"
 OUTPUTS = ["sauce", "umas", "msp_final"]
-
-
-@pytest.fixture(scope="module")
-def local_ray(tmp_path_factory):
-    """A local Ray instance (2 CPUs), shut down after the module. The module runs in an empty
-    folder: Ray puts the driver's working directory first on its workers' ``sys.path``, and
-    from the checkout they would import the source tree instead of the installed fastuq
-    (``fastuq.ray`` refuses to start there)."""
-    cwd = os.getcwd()
-    os.chdir(tmp_path_factory.mktemp("ray-cwd"))  # for the whole module: the driver too
-    try:  # refuses a working directory that holds a fastuq source tree (the checkout)
-        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=256 << 20,
-                 log_to_driver=False)
-        ray.data.DataContext.get_current().enable_progress_bars = False
-        yield
-    finally:
-        ray.shutdown()
-        os.chdir(cwd)
 
 
 def _part(n: int, seed: int, prefix: str) -> pa.Table:

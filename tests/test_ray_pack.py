@@ -10,13 +10,11 @@ The test extra installs ``fastuq[ray]``, so this module runs in CI (it is never 
 from __future__ import annotations
 
 import json
-import os
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import ray
-import ray.data
+from _ray_cluster import ray_cluster  # noqa: F401 - the local_ray fixture
 
 import fastuq
 import fastuq.ray as fray
@@ -28,26 +26,9 @@ from fastuq.synth import corpus_with_beliefs
 pytestmark = pytest.mark.slow
 
 CHUNK = 64
-# under skip: methods whose inputs a chunk with rows left out builds from its columns
-SKIP_METHODS = "sauce,umas,bccs"
-# and with the node entropy that only the pack holds (derived from the top-k)
+# with the node entropy that only the pack holds (derived from the top-k), also under skip
+# in the chunks that lose rows (scored from the stored arrays of the rows left)
 METHODS = "sauce,umas,mean_token_entropy,bccs"
-
-
-@pytest.fixture(scope="module")
-def local_ray(tmp_path_factory):
-    """A local Ray instance (2 CPUs), shut down after the module, the driver in an empty
-    folder (Ray puts the driver's working directory first on its workers' ``sys.path``)."""
-    cwd = os.getcwd()
-    os.chdir(tmp_path_factory.mktemp("ray-cwd"))
-    try:
-        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=256 << 20,
-                 log_to_driver=False)
-        ray.data.DataContext.get_current().enable_progress_bars = False
-        yield
-    finally:
-        ray.shutdown()
-        os.chdir(cwd)
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +62,7 @@ def _table(res) -> pa.Table:
 def test_ray_scores_a_pack_as_parquet_and_the_local_engine(local_ray, corpus, tmp_path):
     src, pack = corpus
     # the single-process run on the pack (its skip list beside)
-    local = fastuq.score_file(pack, tmp_path / "local.parquet", methods=SKIP_METHODS,
+    local = fastuq.score_file(pack, tmp_path / "local.parquet", methods=METHODS,
                               on_error="skip", keep_scores=True)
     ref = pq.read_table(tmp_path / "local.parquet")
     ref_skipped = [json.loads(line) for line in
@@ -90,9 +71,9 @@ def test_ray_scores_a_pack_as_parquet_and_the_local_engine(local_ray, corpus, tm
     assert [k["row"] for k in ref_skipped] == [17, 200]
     assert all(k["source"] == str(src) for k in ref_skipped)  # named by the source file
 
-    from_pack = fray.score_dataset(pack, SKIP_METHODS, on_error="skip")
-    from_parquet = fray.score_dataset(src, SKIP_METHODS, on_error="skip", chunk_rows=CHUNK)
-    assert from_pack.methods == ("sauce", "umas", "bccs")
+    from_pack = fray.score_dataset(pack, METHODS, on_error="skip")
+    from_parquet = fray.score_dataset(src, METHODS, on_error="skip", chunk_rows=CHUNK)
+    assert from_pack.methods == tuple(METHODS.split(","))
     assert from_pack.outputs == from_parquet.outputs and "bccs" in from_pack.outputs
     got, want = _table(from_pack), _table(from_parquet)
     assert got.column_names == ["trajectory_id", *from_pack.outputs, "question_id",

@@ -5,16 +5,19 @@
 chunk's packed inputs with the same :class:`~fastuq.engine.batch.Batch` code a scoring run
 uses (float64; per-round ``[T, N]`` arrays and their round masks, per-node ``[T, N, A]``
 arrays and their masks, the vote classes of the answers, the agreement derived from the
-answers, the token and node entropies derived from ``topk_logprobs``) and writes them with
-the corpus's columns (all but ``topk_logprobs``) to one Arrow IPC file per chunk, with a
-manifest (:mod:`fastuq.io.packfile`), atomically. Memory: one chunk at a time.
+answers, the token and node entropies derived from ``topk_logprobs``, and each record's
+widest ``topk_logprobs`` round) and writes them with the corpus's columns (all but
+``topk_logprobs``) to one Arrow IPC file per chunk, with a manifest
+(:mod:`fastuq.io.packfile`), atomically. Memory: one chunk at a time.
 
 :class:`PackedBatch` is the seam on the reading side: a :class:`Batch` whose packed inputs
 come from the pack's memory-mapped arrays (cast to the run's dtype) instead of being built
 from Arrow lists. It uses a stored array only when every column it was built from is among
 the columns the run read (so that it is the array the same run on the source would build),
 and builds anything else the usual way from the chunk's columns: scores are bit-identical
-to the source's.
+to the source's. A chunk that loses bad rows under ``on_error="skip"`` is a
+:class:`PackedBatch` of the rows left (see its ``positions``): the same scores and skip
+records as the source's.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -191,13 +194,8 @@ def _chunk_arrays(batch: Batch, present: set[str]) -> tuple[dict, dict, dict, li
         shapes[key] = [by_traj.shape[1], by_traj.shape[0], *by_traj.shape[2:]]
 
     for name in ROUND_INPUTS:
-        if name in present:
-            built_from = [name]
-        elif name == "agreement" and "answers" in present:
-            built_from = ["answers", "n_agents"]
-        elif name == "token_entropy" and "topk_logprobs" in present:
-            built_from = ["topk_logprobs"]
-        else:
+        built_from = _built_from("rounds", name, present.__contains__)
+        if built_from is None:
             continue
         values, mask = batch.rounds(name)
         key = f"{PACK_PREFIX}rounds__{name}"
@@ -207,11 +205,8 @@ def _chunk_arrays(batch: Batch, present: set[str]) -> tuple[dict, dict, dict, li
     checked = _checked_rounds(batch, arrays)
     layouts: list = []
     for name in NODE_INPUTS:
-        if name in present:
-            built_from = [name]
-        elif name == "node_entropy" and "topk_logprobs" in present:
-            built_from = ["topk_logprobs"]
-        else:
+        built_from = _built_from("nodes", name, present.__contains__)
+        if built_from is None:
             continue
         values, node_mask, round_mask = _node_arrays(batch, name, layouts, dtype=np.float64)
         key = f"{PACK_PREFIX}nodes__{name}"
@@ -227,7 +222,42 @@ def _chunk_arrays(batch: Batch, present: set[str]) -> tuple[dict, dict, dict, li
         put(key, values)  # -1 off the valid nodes, as Batch.answer_classes
         put(key + "__round_mask", round_mask)
         deps[key] = ["answers"]
+    for name in DERIVED_ONLY:  # per record: its widest round (-1: null), for cut chunks
+        if name in present:
+            key = f"{PACK_PREFIX}widths__{name}"
+            put(key, _record_widths(batch.column(name))[:, None])
+            deps[key] = [name]
     return arrays, shapes, deps, checked
+
+
+def _built_from(kind: str, name: str, present: Callable[[str], bool]) -> list[str] | None:
+    """The corpus columns a chunk's packed input ``name`` (``kind``: ``"rounds"`` or
+    ``"nodes"``) is built from, as :class:`~fastuq.engine.batch.Batch` builds it given
+    which columns are ``present`` (have a value in some record of the chunk): the column
+    itself; else agreement from ``answers`` (and ``n_agents``), token or node entropy from
+    ``topk_logprobs``; ``None`` when it cannot be built."""
+    if present(name):
+        return [name]
+    if kind == "rounds" and name == "agreement" and present("answers"):
+        return ["answers", "n_agents"]
+    if name in ("token_entropy", "node_entropy") and present("topk_logprobs"):
+        return ["topk_logprobs"]
+    return None
+
+
+def _record_widths(col: pa.Array) -> np.ndarray:
+    """``[N]`` int32: the most slots of a round of each record of a ``[round][agent]``
+    column (0 without a round; -1 where the record's list is null)."""
+    import pyarrow.compute as pc
+
+    from fastuq.io.arrow_lists import list_lengths, parents
+
+    traj_len, valid = list_lengths(col)
+    round_len, _ = list_lengths(pc.list_flatten(col))
+    widths = np.zeros(len(col), np.int32)
+    np.maximum.at(widths, parents(traj_len), round_len.astype(np.int32))
+    widths[~valid] = -1
+    return widths
 
 
 def _checked_rounds(batch: Batch, arrays: Mapping[str, np.ndarray]) -> list[str]:
@@ -372,7 +402,8 @@ def pack_corpus(
                     protocols |= {p for p in pc.unique(table.column("protocol").combine_chunks()
                                                        .cast(pa.string())).to_pylist()
                                   if p is not None}
-                t_max = max((shape[0] for shape in shapes.values()), default=0)
+                t_max = max((shape[0] for key, shape in shapes.items()
+                             if "__widths__" not in key), default=0)
                 rounds.add(t_max)
                 slots.add(batch.n_slots)
                 entry = {
@@ -429,48 +460,98 @@ def pack_corpus(
 class PackedBatch(Batch):
     """A :class:`Batch` of a pack's chunk: the packed inputs come from the pack (see the
     module docstring); everything else as a :class:`Batch` builds it. Always packed on the
-    host (the arrays are there already)."""
+    host (the arrays are there already).
 
-    def __init__(self, table: pa.Table, packed: PackedArrays, **kwargs) -> None:
+    Args:
+      table: the chunk's corpus columns (of the rows ``positions``, when given).
+      packed: the chunk's packed arrays, all its rows.
+      positions: for a chunk that lost rows (``on_error="skip"``), the chunk rows left
+        (indices into ``packed``'s rows, ascending). The stored arrays of those rows are
+        used, cut to the rounds and agent slots the rows left need (their padding: the
+        arrays a batch of those rows builds); the inputs that depend on the whole chunk
+        (the vote classes of the answers, numbered per chunk and merged across its rounds,
+        and the agreement derived from them) are built again from the answers.
+    """
+
+    def __init__(self, table: pa.Table, packed: PackedArrays, *,
+                 positions: np.ndarray | None = None, **kwargs) -> None:
         kwargs["pack"] = "host"
         super().__init__(table, **kwargs)
+        self.cut = positions is not None
+        if self.cut:
+            if len(positions) != table.num_rows:
+                raise ValueError(f"{self.source or 'pack'}: {len(positions)} chunk rows "
+                                 f"given for a table of {table.num_rows}")
+            packed = packed.take(positions)
         self.packed = packed
         self._from_pack: set[str] = set()  # the per-round inputs read from the pack
 
     def _present(self, name: str) -> bool:
         if name in self.table.column_names:
             return super()._present(name)
-        return name in self.packed.asked_derived and name in self.packed.present
+        if not (name in self.packed.asked_derived and name in self.packed.present):
+            return False
+        widths = self._widths(name)
+        return widths is None or bool((widths >= 0).any())
+
+    def _widths(self, name: str) -> np.ndarray | None:
+        """``[N]`` the widest round of each record of the derived-only column ``name``
+        (-1: null) in a cut chunk, when the pack stored them (``None``: a full chunk, or a
+        pack made before they were stored: the chunk's values stand for its rows)."""
+        if not (self.cut and self.packed.has("widths", name)):
+            return None
+        key = f"widths:{name}"
+        if key not in self._cache:
+            self._cache[key] = self.packed.array("widths", name)[0]
+        return self._cache[key]
 
     def _visible(self, name: str) -> bool:
         return name in self.table.column_names or name in self.packed.asked_derived
 
-    def _stored(self, key: str) -> bool:
+    def _stored(self, key: str, kind: str = "", name: str = "") -> bool:
         """Whether the stored array ``key`` is the one this run would build: each column it
-        was built from was read (and no column that would change it was left out)."""
+        was built from was read (and no column that would change it was left out); in a
+        cut chunk, also built from the columns the rows left build it from."""
         if key not in self.packed.shapes:
             return False
-        return all(self._visible(c) or c not in self.packed.present
-                   for c in self.packed.deps.get(key, ()))
+        deps = self.packed.deps.get(key, ())
+        if not all(self._visible(c) or c not in self.packed.present for c in deps):
+            return False
+        return not self.cut or _built_from(kind, name, self._present) == list(deps)
 
     @property
     def n_slots(self) -> int:
         if "n_slots" not in self._cache and self._present("topk_logprobs") \
                 and not self._present("n_agents"):
             base = Batch.n_slots.fget(self._without_topk())  # type: ignore[attr-defined]
-            self._cache["n_slots"] = max(base, self.packed.topk_slots)
+            widths = self._widths("topk_logprobs")
+            if widths is None:
+                topk = self.packed.topk_slots
+            else:  # the rows left's, rounded as _topk_slots rounds the chunk's
+                topk = 1 << max(0, int(widths.max()) - 1).bit_length()
+            self._cache["n_slots"] = max(base, topk)
         return super().n_slots
 
     def _without_topk(self) -> Batch:
         """A plain batch of this chunk's columns (for its agent slots)."""
         return Batch(self.table, source=self.source, row0=self.row0, rows=self.rows)
 
+    def _rounds_needed(self, kind: str, name: str, mask: str) -> int | None:
+        """In a cut chunk, the rounds its rows left have in the stored ``mask`` of
+        ``name`` (``None`` in a full chunk: all of them)."""
+        if not self.cut:
+            return None
+        m = self.packed.array(kind, name, mask)
+        return int(m.sum(axis=0).max()) if m.size else 0
+
     def rounds(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         key = f"{PACK_PREFIX}rounds__{name}"
-        if name not in self._cache and self._stored(key) and (
-                self._present(name) or name != "agreement" or self.math == self.packed.math):
-            self._cache[name] = (self.packed.array("rounds", name, dtype=self.dtype),
-                                 self.packed.array("rounds", name, "mask"))
+        if name not in self._cache and self._stored(key, "rounds", name) and (
+                self._present(name) or name != "agreement"
+                or (self.math == self.packed.math and not self.cut)):
+            t = self._rounds_needed("rounds", name, "mask")
+            self._cache[name] = (self.packed.array("rounds", name, dtype=self.dtype, t_max=t),
+                                 self.packed.array("rounds", name, "mask", t_max=t))
             self._from_pack.add(name)
             if self._passed(name):  # the scoring checks passed on these arrays when packed
                 self._cache.setdefault("checked", set()).add(name)  # type: ignore[union-attr]
@@ -480,7 +561,8 @@ class PackedBatch(Batch):
         """Whether the pack recorded that the stored ``name`` (as read now) passes the
         checks of :mod:`fastuq.engine.inputs`: agreement in [0, 1] stays there in any float
         dtype; token entropy only in float64 (a finite float64 may overflow a float32), and
-        only beside the stored agreement (its rounds were compared with those)."""
+        only beside the stored agreement (its rounds were compared with those). What
+        passed for a chunk passes for any of its rows."""
         if name not in self.packed.checked:
             return False
         if name == "agreement":
@@ -491,16 +573,23 @@ class PackedBatch(Batch):
     def nodes(self, name: str) -> tuple[np.ndarray, ...]:
         key = f"{PACK_PREFIX}nodes__{name}"
         cache = f"nodes:{name}"
-        if cache not in self._cache and self._stored(key) \
-                and self.packed.shapes[key][2] == self.n_slots:
-            self._cache[cache] = (self.packed.array("nodes", name, dtype=self.dtype),
-                                  self.packed.array("nodes", name, "node_mask"),
-                                  self.packed.array("nodes", name, "round_mask"))
+        if cache not in self._cache and self._stored(key, "nodes", name):
+            stored, a = self.packed.shapes[key][2], self.n_slots
+            t = self._rounds_needed("nodes", name, "round_mask")
+            # a cut chunk's rows may need fewer slots: the ones past them hold no node
+            fits = a == stored or (self.cut and a < stored and not self.packed.array(
+                "nodes", name, "node_mask", t_max=t)[..., a:].any())
+            if fits:
+                self._cache[cache] = tuple(
+                    self.packed.array("nodes", name, part, t_max=t,
+                                      n_slots=None if part == "round_mask" else a,
+                                      dtype=self.dtype if part == "values" else None)
+                    for part in ("values", "node_mask", "round_mask"))
         return super().nodes(name)
 
     def answer_classes(self) -> tuple[np.ndarray, np.ndarray]:
         key = f"{PACK_PREFIX}classes__answers"
-        if "answer_classes" not in self._cache and self._stored(key) \
+        if "answer_classes" not in self._cache and not self.cut and self._stored(key) \
                 and self.math == self.packed.math and self.packed.shapes[key][2] == self.n_slots:
             self._cache["answer_classes"] = (self.packed.array("classes", "answers"),
                                              self.packed.array("classes", "answers",

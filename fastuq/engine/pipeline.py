@@ -30,7 +30,7 @@ from fastuq.engine.checks import (
 )
 from fastuq.engine.methods import corpus_columns, method_list, resolve_once
 from fastuq.engine.registry import check_params, get_estimator
-from fastuq.engine.runner import call_kernel, prepare_estimator, run_estimator
+from fastuq.engine.runner import call_kernel, place_plans, prepare_estimator
 from fastuq.errors import RecordError
 from fastuq.io.arrow_lists import combined
 
@@ -168,39 +168,39 @@ def score_table(
     chunk, then passed back in as ``resolved``) and ``{column: float64 scores}`` of every
     estimator (with ``per_round``, also each per-round column of an estimator that has one,
     a ``list<double>`` array). The seam that the Ray runner (:mod:`fastuq.ray`) shares with
-    :func:`~fastuq.engine.scoring.score`."""
+    :func:`~fastuq.engine.scoring.score`. Every estimator's inputs are prepared (and
+    checked) before any kernel runs; a pack's chunk (all its rows or those left after
+    skipping) then goes to the devices in one transfer, as in the pipeline's
+    ``on_error="raise"`` path."""
     batch = make_batch(table, chunk, rows, dtype=dtype, observation_noise=observation_noise,
                        math=math, processes=processes, pack=pack)
     resolved = resolve_once(resolved, methods, batch, params, observation_noise, info,
                             protocol)
-    scores = {}
+    plans = []
     for m in resolved:
         est = get_estimator(m)
         own = {k: v for k, v in params.items() if k in est.param_names}
-        rounds = per_round and est.per_round is not None
-        if not rounds:
-            out = run_estimator(est, batch, params=own, protocol=protocol, backend=backend)
-            scores.update(_scores_of(est, None, out, False))
-            continue
-        inputs, optional, values = prepare_estimator(est, batch, params=own,
-                                                     protocol=protocol)
-        out = call_kernel(est, inputs, optional, values, n=batch.n, dtype=batch.dtype,
-                          backend=backend, per_round=True)
-        scores.update(_scores_of(est, inputs, out, True))
-    return batch, resolved, scores
+        plans.append((est, prepare_estimator(est, batch, params=own, protocol=protocol)))
+    if backend == "jax" and getattr(chunk, "packed", None) is not None:
+        plans = place_plans(plans, batch.n, batch.dtype)  # a pack's chunk: one transfer
+    return batch, resolved, _run_plans(batch, plans, backend, per_round)
 
 
 def make_batch(table, chunk, rows, *, dtype, observation_noise, math, processes,
                pack: str = "host") -> Batch:
-    """The :class:`Batch` of rows ``rows`` of a chunk read from ``chunk.source``: for a
-    chunk of a pack with all its rows, a :class:`~fastuq.engine.packed.PackedBatch`, whose
-    packed inputs come from the pack."""
+    """The :class:`Batch` of rows ``rows`` (source rows) of a chunk read from
+    ``chunk.source``: for a chunk of a pack, a :class:`~fastuq.engine.packed.PackedBatch`,
+    whose packed inputs come from the pack (of the rows left, when bad rows were dropped
+    from it under ``on_error="skip"``)."""
     packed = getattr(chunk, "packed", None)
-    if packed is not None and table.num_rows == packed.table.num_rows:
+    if packed is not None:
         from fastuq.engine.packed import PackedBatch
 
-        return PackedBatch(table, packed, source=chunk.source, row0=chunk.source_row0,
-                           rows=rows, dtype=np.dtype(dtype),
+        positions = None
+        if table.num_rows != packed.table.num_rows:  # rows dropped: the chunk rows left
+            positions = np.asarray(rows, np.int64) - chunk.source_row0
+        return PackedBatch(table, packed, positions=positions, source=chunk.source,
+                           row0=chunk.source_row0, rows=rows, dtype=np.dtype(dtype),
                            observation_noise=observation_noise, math=math,
                            processes=processes)
     return Batch(table, source=chunk.source, row0=chunk.source_row0, rows=rows,

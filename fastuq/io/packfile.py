@@ -5,7 +5,9 @@ IPC file per chunk (``chunk-00000.arrow``, ...). Each chunk file has one row per
 the corpus's own columns as validated (except ``topk_logprobs``, whose derived inputs are
 stored instead), and the kernels' packed inputs as fixed-size list columns named
 ``__fq__<kind>__<name>``: a per-round array ``[T, N]`` is stored as ``[N]`` lists of ``T``
-values, a per-node array ``[T, N, A]`` as ``[N]`` lists of ``T * A``. The manifest records
+values, a per-node array ``[T, N, A]`` as ``[N]`` lists of ``T * A`` (and, for
+``topk_logprobs``, each record's widest round, ``[1, N]``: what a chunk that lost rows needs
+of the column). The manifest records
 the schema version, the fastuq version, the source files (size and SHA-256), the checks
 that passed, the protocols, the buckets (rounds ``T`` and agent slots ``A`` of each chunk)
 and, per chunk, its file's size and SHA-256, its rows and the shapes of its packed arrays.
@@ -25,7 +27,7 @@ import json
 import os
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -99,8 +101,10 @@ class PackedArrays:
         return f"{PACK_PREFIX}{kind}__{name}" in self.shapes
 
     def array(self, kind: str, name: str, part: str = "values",
-              dtype: np.dtype | None = None) -> np.ndarray:
-        """A packed array, time-major and C-contiguous (cast to ``dtype`` when given)."""
+              dtype: np.dtype | None = None, *, t_max: int | None = None,
+              n_slots: int | None = None) -> np.ndarray:
+        """A packed array, time-major and C-contiguous (cast to ``dtype`` when given).
+        ``t_max`` / ``n_slots``: only its first rounds / agent slots (axes 0 and 2)."""
         col = f"{PACK_PREFIX}{kind}__{name}" + ("" if part == "values" else f"__{part}")
         shape = tuple(self.shapes[col])
         flat = self.table.column(col).combine_chunks()
@@ -108,9 +112,24 @@ class PackedArrays:
         n = shape[1]
         data = values.to_numpy(zero_copy_only=values.type != pa.bool_())
         by_traj = data.reshape((n, shape[0]) + shape[2:])
+        if t_max is not None:
+            by_traj = by_traj[:, :t_max]
+        if n_slots is not None:
+            by_traj = by_traj[:, :, :n_slots]
         axes = (1, 0) + tuple(range(2, len(shape)))
         return np.ascontiguousarray(by_traj.transpose(axes),
                                     dtype=by_traj.dtype if dtype is None else dtype)
+
+    def take(self, positions: np.ndarray) -> PackedArrays:
+        """The packed arrays of the chunk's rows ``positions`` (indices into its rows, in
+        the order given): the same arrays, of fewer trajectories (their rounds and agent
+        slots as the whole chunk's; see :meth:`array` to cut them)."""
+        idx = np.asarray(positions, np.int64)
+        if idx.ndim != 1 or (len(idx) and (idx.min() < 0 or idx.max() >= self.table.num_rows)):
+            raise ValueError(f"rows {idx.tolist()[:8]} ... are not rows of a chunk of "
+                             f"{self.table.num_rows}")
+        shapes = {k: [s[0], len(idx), *s[2:]] for k, s in self.shapes.items()}
+        return replace(self, table=self.table.take(pa.array(idx)), shapes=shapes)
 
 
 @dataclass
