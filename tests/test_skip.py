@@ -289,3 +289,28 @@ def test_skip_node_inputs_bad_log_probabilities_and_empty_records(tmp_path):
     assert got["trajectory_id"].to_pylist() == [f"u{k}" for k in kept]
     for m in ("umas", "msp_final"):
         np.testing.assert_allclose(got[m].to_numpy(), alone[m].to_numpy(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("methods", ["mean_agreement", ["last_agreement", "mean_agreement"],
+                                     "all"])
+def test_a_record_without_protocol_is_skipped_whatever_runs(tmp_path, methods):
+    # a null protocol was skipped only when SAUCE (which has presets) ran; with other
+    # estimators skip mode stopped the run on it, as raise mode does, from Parquet and from
+    # a pack alike
+    records = _records(40)
+    _spoil(records, {6: "protocol"})
+    path = _write(tmp_path, records)
+    kept = [r["trajectory_id"] for k, r in enumerate(records) if k != 6]
+    pack = tmp_path / "c.fqpack"
+    assert main(["pack", str(path), "-o", str(pack)]) == 0
+    for src in (path, pack):
+        out = tmp_path / f"{src.suffix[1:]}.parquet"
+        with pytest.raises(ValueError, match=r"'r6' .*row 6\): no protocol \(field protocol\)"):
+            fastuq.score_file(src, tmp_path / "raise.parquet", methods=methods)
+        report = fastuq.score_file(src, out, methods=methods, on_error="skip")
+        side = [json.loads(x) for x in out.with_name(out.name + ".skipped.jsonl")
+                .read_text().splitlines()]
+        assert [(x["row"], x["trajectory_id"]) for x in side] == [(6, "r6")], src
+        assert "no protocol (field protocol)" in side[0]["reason"]
+        assert pq.read_table(out)["trajectory_id"].to_pylist() == kept
+        assert report.n_rows == 39

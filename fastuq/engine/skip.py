@@ -137,6 +137,7 @@ def input_problems(
     presets: Mapping[str, Mapping[str, float]] | None,
     confidence: str | None,
     estimator=None,
+    needs_protocol: bool = False,
 ) -> None:
     """Report into ``problems`` every record whose estimator inputs are bad.
 
@@ -152,10 +153,14 @@ def input_problems(
       confidence: UMAS node confidence (``mean_logprob`` reads ``n_tokens``).
       estimator: the estimator whose ``presets`` these are (its message for a protocol
         without a preset lists every parameter that lacks a value).
+      needs_protocol: whether a record without a protocol (the field null, no override)
+        is bad even when no estimator with presets runs: scoring always reads it (the
+        output's protocol, per-protocol parameters), and raises on a null one.
     """
     names = table.column_names
     n = table.num_rows
-    if presets is not None and protocol is None and "protocol" in names:
+    if ((presets is not None or needs_protocol) and protocol is None
+            and "protocol" in names):
         col = combined(table.column("protocol")).cast(pa.string())
         missing = col.is_null().to_numpy(zero_copy_only=False)
         for i in np.flatnonzero(missing).tolist():
