@@ -101,7 +101,10 @@ labels = scores["correct"].to_numpy()
 print(f"scored {N:,} trajectories x {len(names)} estimators in "
       f"{time.perf_counter() - start:.1f} s (first call includes compilation)")
 print("not scored (inputs missing):", ", ".join(n for n in fastuq.ESTIMATORS if n not in names))
-table = ev.evaluation_table(labels, scores.select(names))
+# eval's columns: every declared score, the round means (*_mean) too
+from fastuq.engine.registry import score_outputs
+
+table = ev.evaluation_table(labels, scores.select(score_outputs(scores.columns)))
 print(ev.format_table(table))'''),
     ("markdown", """**Every estimator, and a combination of all of them.** The table holds each
 registered estimator whose inputs DyLAN's logs have (SAUCE, the agreement baselines, UAAD's
@@ -111,8 +114,7 @@ stack (`fastuq fit --stack`) combines every score column, the spectral family's 
 (`eigval_laplacian_mean`, ...) among them, by an L2 logistic regression fitted per protocol, cross-fitted: its AUROC below is held out (each fold scored by a model fitted on
 the other folds), beside each input on the same folds, with a bootstrap interval of the
 stack minus the best single column."""),
-    ("code", '''from fastuq.engine.registry import score_outputs
-from fastuq.evaluation import fit_stack
+    ("code", '''from fastuq.evaluation import fit_stack
 
 # every score column, as fastuq fit --stack takes them: the round means (*_mean) of the
 # spectral family too
