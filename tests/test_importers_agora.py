@@ -79,6 +79,21 @@ def test_placeholder_box_is_not_an_answer(text, kind, expected):
     assert extract_answer(text, kind) == expected
 
 
+@pytest.mark.parametrize("text,expected", [
+    # Math/math_result.json's truncated step-by-step expressions: a minus after a number and
+    # a space is the operation, not the sign of the last number
+    ("40 + 11 - 23\n\n40 + 11 - 23 =", "23"),
+    ("24 + 26 * 4 + 3 - 5 * 6 = 24 + 26 * 4 + 3 - 5", "5"),
+    ("(40 * 1) + 11 - (23 * 1) - 4", "4"),
+    # a sign after a word, "=" or a line break stays a sign
+    ("the result of the expression is -359.", "-359"),
+    ("= -146", "-146"),
+    ("First, we calculate:\n\n-378\n", "-378"),
+])
+def test_spaced_binary_minus_is_no_sign(text, expected):
+    assert extract_answer(text) == expected
+
+
 def test_the_files_are_detected_as_agora():
     assert detect_format(TURNS)[0] == "agora"
     t = import_logs("agora", TURNS)

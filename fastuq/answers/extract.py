@@ -33,8 +33,9 @@ Rules, tried in order (the first that finds something wins):
    thousands separators (``1,234,567``, returned without the commas), simple fraction
    (``3/4``, ``\\frac{3}{4}``) or date (``05/01/2021`` and ``2021-05-01``, kept whole as
    written: two dates agree only when spelled alike, and never by their year alone). A
-   ``-`` counts as a sign only when it does not follow a letter, digit or closing bracket
-   (``3-5`` ends in ``5``, not ``-5``).
+   ``-`` counts as a sign only when it does not follow a letter, digit or closing bracket,
+   nor a digit or closing bracket and one space (``3-5`` and ``40 + 11 - 23`` end in ``5``
+   and ``23``, not ``-5`` and ``-23``; ``is -5`` and ``= -5`` are ``-5``).
 
 Nothing found (or ``None`` / empty text): ``None``.
 
@@ -104,7 +105,7 @@ _LEADING_CHOICE = re.compile(r"^\(?([A-J])\)(?![\w])")
 _CHOICE = re.compile(r"\(([A-J])\)")
 _DIGIT = re.compile(r"\d")
 _NUMBER = re.compile(
-    r"(?:(?<![\w)\]}])-\s?)?"  # a sign, unless it is a binary minus
+    r"(?:(?<![\w)\]}])(?<![\d)\]}] )-\s?)?"  # a sign, unless it is a binary minus
     r"(?:"
     r"\d{1,2}/\d{1,2}/\d{2,4}(?![\d/])"  # a date 05/01/2021 (before the fraction 05/01)
     r"|\d{4}-\d{1,2}-\d{1,2}(?![\d-])"  # an ISO date 2021-05-01
