@@ -289,6 +289,7 @@ PUBLIC = {
         "import_generic", "import_logs", "import_mad", "import_mallm", "import_openai",
         "import_otel", "load_mapping", "log_files",
         "parse_gold", "question_id"},
+    "fastuq.importers.agora": {"PROMPT_TAGS", "TURN_TAGS", "own_turn", "parse_agora_file"},
     "fastuq.metrics": {
         "METRICS", "PlattConvergenceWarning", "UndefinedMetricWarning", "auarc", "auroc",
         "brier_platt", "ece", "evaluate", "evaluate_groups", "platt_oof_probabilities", "prr"},

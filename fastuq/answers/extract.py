@@ -4,8 +4,10 @@ Rules, tried in order (the first that finds something wins):
 
 1. **Boxed**: the content of the last well-formed ``\\boxed{...}`` or ``\\fbox{...}`` (nested
    braces are matched; a box whose braces never close, as in a truncated response, is skipped
-   and the one before it is tried; an empty box is skipped). ``\\boxed 5`` (no braces) gives
-   the token after the space, as the MATH reference code reads it.
+   and the one before it is tried; an empty box is skipped, and so is the prompt's placeholder
+   ``\\boxed{answer}``, which models echo from "in the form \\boxed{answer}": a box holding
+   only the word *answer*, optionally after *your*, *the*, *final*, *numerical*). ``\\boxed 5``
+   (no braces) gives the token after the space, as the MATH reference code reads it.
 2. **"The answer is ..."**: the text after the last phrase ``answer is`` (any case, so "The
    final answer is", "the correct answer is" count; an optional ``:`` follows), up to the
    end of the sentence (a ``.`` followed by white space or the end) or of the line.
@@ -31,8 +33,9 @@ Rules, tried in order (the first that finds something wins):
    thousands separators (``1,234,567``, returned without the commas), simple fraction
    (``3/4``, ``\\frac{3}{4}``) or date (``05/01/2021`` and ``2021-05-01``, kept whole as
    written: two dates agree only when spelled alike, and never by their year alone). A
-   ``-`` counts as a sign only when it does not follow a letter, digit or closing bracket
-   (``3-5`` ends in ``5``, not ``-5``).
+   ``-`` counts as a sign only when it does not follow a letter, digit or closing bracket,
+   nor a digit or closing bracket and one space (``3-5`` and ``40 + 11 - 23`` end in ``5``
+   and ``23``, not ``-5`` and ``-23``; ``is -5`` and ``= -5`` are ``-5``).
 
 Nothing found (or ``None`` / empty text): ``None``.
 
@@ -88,6 +91,9 @@ __all__ = ["AnswerKind", "extract_answer", "extract_answers", "last_boxed", "str
 AnswerKind = Literal["choice", "number"] | None
 
 _BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
+#: the placeholder of the "in the form \\boxed{answer}" prompts (Du et al.'s GSM prompt, which
+#: LLM-Agora reuses), echoed by models that repeat the prompt: not an answer
+_PLACEHOLDER_BOX = re.compile(r"(?:(?:your|the|final|numerical)\s+)*answer", re.IGNORECASE)
 _ANSWER_IS = re.compile(r"\banswer\s+is\b\s*:?[ \t]*", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"\.(?=\s|$)")
 _MATH_SPANS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
@@ -99,7 +105,7 @@ _LEADING_CHOICE = re.compile(r"^\(?([A-J])\)(?![\w])")
 _CHOICE = re.compile(r"\(([A-J])\)")
 _DIGIT = re.compile(r"\d")
 _NUMBER = re.compile(
-    r"(?:(?<![\w)\]}])-\s?)?"  # a sign, unless it is a binary minus
+    r"(?:(?<![\w)\]}])(?<![\d)\]}] )-\s?)?"  # a sign, unless it is a binary minus
     r"(?:"
     r"\d{1,2}/\d{1,2}/\d{2,4}(?![\d/])"  # a date 05/01/2021 (before the fraction 05/01)
     r"|\d{4}-\d{1,2}-\d{1,2}(?![\d-])"  # an ISO date 2021-05-01
@@ -194,7 +200,8 @@ def _sentence(line: str) -> str:
 
 def last_boxed(text: str) -> str | None:
     """The content of the last non-empty ``\\boxed{...}`` (or ``\\fbox``; ``\\boxed 5``: the
-    token after the space) in ``text``, stripped; ``None`` when there is none."""
+    token after the space) in ``text``, stripped, that is not the prompts' placeholder
+    ``\\boxed{answer}``; ``None`` when there is none."""
     for m in reversed(list(_BOX.finditer(text))):
         i = m.end()
         j = i
@@ -202,7 +209,8 @@ def last_boxed(text: str) -> str | None:
             j += 1
         if j < len(text) and text[j] == "{":
             content = _braced(text, j)
-            if content is not None and content.strip():
+            if content is not None and content.strip() and \
+                    not _PLACEHOLDER_BOX.fullmatch(content.strip()):
                 return content.strip()
         elif j > i:  # "\boxed 5": the token after the space
             token = re.match(r"[^\s$]+", text[j:])

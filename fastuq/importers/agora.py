@@ -36,7 +36,14 @@ entry is in the GSM8K/Math shape: round ``t`` = each model's ``t``-th entry (a m
 fewer entries leaves null nodes and flags ``ragged_rounds``; a null entry is a null node).
 Any other place of a prompt (some agents' middle entries only, a prompt in a list of another
 length or at another position) raises a ``ValueError`` naming the record, the model and the
-entry. Answers are extracted from the texts as for Du et al.'s logs, guided by the gold
+entry. The endpoints generate without a stop sequence, so a response often runs on into
+turns the model writes for the conversation's other speakers ("16 miles\nUSER: [\"Here is a
+summary ..." in GSM8K/gsm_result.json, "219\n\nUSER: I'm sorry ...\n\nASSISTANT: ..." in
+Math/math_result.json): a response ends before the first line that opens another speaker's
+turn of LLM-Agora's templates (:data:`TURN_TAGS`, at the start of a line after optional
+spaces), the rest is dropped from the node's text and the record is flagged
+``continued_turn`` (a response that opens with such a tag is empty, so states no answer).
+Answers are extracted from the texts as for Du et al.'s logs, guided by the gold
 (``reference`` is read by :func:`fastuq.importers.du.parse_gold`: the number after ``####``,
 a letter, a number); the final answer is the majority of the last round, ties to the first
 model (as ``most_frequent`` keeps the first of equally frequent answers). ``trajectory_id``
@@ -46,6 +53,7 @@ files share; the extra column ``agents`` holds the model names.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from fastuq.importers.common import (
@@ -57,13 +65,39 @@ from fastuq.importers.common import (
 )
 from fastuq.importers.du import parse_gold
 
-__all__ = ["PROMPT_TAGS", "parse_agora_file"]
+__all__ = ["PROMPT_TAGS", "TURN_TAGS", "own_turn", "parse_agora_file"]
 
 #: The assistant tags that end LLM-Agora's prompt templates (``src/prompt_template.json``:
 #: llama, wizard and vicuna, alpaca and orca, llama-chat, koala, falcon, baize, phi).
 PROMPT_TAGS: tuple[str, ...] = ("ASSISTANT:", "### Response:", "[/INST]", "GPT:",
                                 ">>ANSWER<<", "[|AI|]", "Assistant:")
 _SUMMARY_HEAD = "Here is a summary of responses from other agents"
+#: The tags that open a turn of a speaker other than the assistant in LLM-Agora's prompt
+#: templates (``src/prompt_template.json``: the user and system tags of llama, wizard,
+#: vicuna, koala, phi, orca, alpaca, baize, falcon and llama-chat).
+TURN_TAGS: tuple[str, ...] = ("USER:", "User:", "SYSTEM:", "### User:", "### System:",
+                              "### Instruction:", "### Input:", "[|Human|]", ">>QUESTION<<",
+                              "[INST]")
+_TURN = re.compile(r"^[ \t]*(?:" + "|".join(re.escape(t) for t in TURN_TAGS) + ")",
+                   re.MULTILINE)
+
+
+def own_turn(text: str | None) -> tuple[str | None, bool]:
+    """``(the response up to the first line that opens another speaker's turn, whether it was
+    cut)``: ``text`` ends before the first line that starts (after spaces or tabs) with one
+    of :data:`TURN_TAGS`; trailing white space before it is dropped. ``None`` stays ``None``.
+
+    >>> own_turn("16 miles\\nUSER: [\\"Here is a summary ... 52")
+    ('16 miles', True)
+    >>> own_turn("Micah ran 28 miles, so Ahito ran 16.")
+    ('Micah ran 28 miles, so Ahito ran 16.', False)
+    """
+    if text is None:
+        return None, False
+    m = _TURN.search(text)
+    if m is None:
+        return text, False
+    return text[: m.start()].rstrip(), True
 
 
 def _is_prompt(text: object) -> bool:
@@ -106,7 +140,11 @@ def _parse_record(path: Path, name: str, index: int, rec: object) -> ParsedRecor
                        "assistant tag) only as the middle of every model's three entries, "
                        "as MMLU/mmlu_inference.py writes them")
         per_agent = [[r[0], r[2]] for r in per_agent]
+    cut = [[own_turn(text) for text in r] for r in per_agent]
+    per_agent = [[text for text, _ in r] for r in cut]
     texts, flags = rounds_from_agents(per_agent)
+    if any(was_cut for r in cut for _, was_cut in r):
+        flags.append("continued_turn")
     return ParsedRecord(
         trajectory_id=f"{name}:{index}",
         question=question.strip(),
