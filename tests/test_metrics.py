@@ -338,6 +338,25 @@ def test_single_class_is_nan_with_warning(metric):
             assert np.isnan(metric(y, np.ones((12, 3)))).all()
 
 
+def test_platt_metrics_need_a_class_as_large_as_the_folds():
+    # 3 correct, 3 wrong: scikit-learn's StratifiedKFold(5) refuses it (every class smaller
+    # than n_splits); Brier-Platt and ECE are NaN with a warning, the rank metrics defined,
+    # and evaluate (fastuq eval) finishes; with 3 folds, or 5 rows in one class, it is fit
+
+    y, x = np.array([1, 1, 1, 0, 0, 0], bool), np.arange(6.0)
+    with pytest.raises(ValueError):
+        list(StratifiedKFold(5, shuffle=True, random_state=0).split(x[:, None], y))
+    with pytest.warns(UndefinedMetricWarning, match="at least 5 rows"):
+        assert np.isnan(brier_platt(y, x))
+    with pytest.warns(UndefinedMetricWarning):
+        table = evaluate(y, x[:, None], names=["s"])
+    assert np.isnan(table["brier_platt"]).all() and np.isnan(table["ece"]).all()
+    assert table["auroc"][0] == pytest.approx(roc_auc_score(y, -x))
+    assert np.isfinite(brier_platt(y, x, n_folds=3))
+    y5 = np.array([1, 1, 1, 1, 1, 0, 0, 0], bool)
+    assert np.isfinite(brier_platt(y5, np.arange(8.0)))
+
+
 @pytest.mark.parametrize("metric", [auroc, auarc, prr, brier_platt, ece])
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 def test_non_finite_scores_raise_naming_column(metric, bad):

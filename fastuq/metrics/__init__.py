@@ -134,8 +134,8 @@ def _check_platt_args(n_folds: int, C: float | None) -> None:
 
 
 def _platt_defined(metric: str, y: np.ndarray, n_folds: int, C: float | None) -> bool:
-    """Whether out-of-fold fits are defined (both classes, at least 2 rows each); warns
-    when not."""
+    """Whether out-of-fold fits are defined (both classes, at least 2 rows each, and one
+    class with at least ``n_folds`` rows); warns when not."""
     _check_platt_args(n_folds, C)
     p = int(np.count_nonzero(y))
     n = y.shape[0]
@@ -145,6 +145,14 @@ def _platt_defined(metric: str, y: np.ndarray, n_folds: int, C: float | None) ->
         warnings.warn(
             f"{metric} needs at least 2 rows of each class for out-of-fold fits (got {p} "
             f"correct of {n}); returning NaN",
+            UndefinedMetricWarning,
+            stacklevel=4,
+        )
+        return False
+    if max(p, n - p) < n_folds:  # scikit-learn's StratifiedKFold refuses it too
+        warnings.warn(
+            f"{metric} needs a class with at least {n_folds} rows for {n_folds}-fold "
+            f"out-of-fold fits (got {p} correct of {n}); returning NaN",
             UndefinedMetricWarning,
             stacklevel=4,
         )
@@ -183,7 +191,8 @@ def platt_oof_probabilities(
     LogisticRegression(C=C))`` fits -- and gives the held-out rows' probabilities. So the
     result does not depend on the scale or offset of a score (``c x + b``, ``c > 0``). The fits
     of all folds and columns run together (Newton's method on the 2 parameters). All NaN,
-    with an :class:`UndefinedMetricWarning`, when a class has fewer than 2 rows.
+    with an :class:`UndefinedMetricWarning`, when a class has fewer than 2 rows or neither
+    class has ``n_folds``.
     """
     y, x, was_1d = _prepare(labels, scores)
     prob = _platt_or_nan("Platt scaling", y, x, n_folds, seed, C)
@@ -204,7 +213,8 @@ def brier_platt(
 
     ``p`` comes from :func:`platt_oof_probabilities` (same arguments). ``labels [N]``,
     ``scores [N]`` or ``[N, C]``; returns a float or float64 ``[C]`` in [0, 1] (lower is
-    better); NaN (with a warning) for single-class labels or a class with fewer than 2 rows.
+    better); NaN (with a warning) for single-class labels or a class with fewer
+    than 2 rows or neither with ``n_folds``.
     """
     y, x, was_1d = _prepare(labels, scores)
     prob = _platt_or_nan("Brier-Platt", y, x, n_folds, seed, C)
