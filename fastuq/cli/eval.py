@@ -173,10 +173,12 @@ def _evaluate(args, source: Path, methods, metrics, info: dict):
     labels = _label_array(table, str(source))
     names = score_outputs(table.column_names)
     groups = table["protocol"] if "protocol" in table.column_names else None
-    # one float matrix of the scores; the scored table (ids and all) is dropped here, so
-    # the metrics run with the scores in memory once
-    scores = ScoreColumns.from_table(table.select(names))
+    # one float matrix of the scores; the scored table is dropped first and each score
+    # column freed once copied, so the scores are never held twice over
+    n = table.num_rows
+    columns = [table.column(name) for name in names]
     del table
+    scores = ScoreColumns.consume(columns, names, n, after_each=release_memory)
     release_memory()
     return labels, scores, names, groups
 
