@@ -325,6 +325,8 @@ PUBLIC = {
     "fastuq.evaluation.stack": {"STACK_COLUMN", "STACK_METRICS", "Stack", "fit_stack",
                                 "is_stack_file"},
     "fastuq.metrics.logistic": {"LogisticModel", "logistic_fit", "standardise"},
+    "fastuq.metrics.sort64": {"MAX_FIX", "checked_argsort64", "packed_sort64",
+                              "radix_sort_with"},
     "fastuq.selection": {"best_of_k", "select_best"},
     # fastuq bench and the timing harness the bench/ scripts share
     "fastuq.evaluation.bench": {
