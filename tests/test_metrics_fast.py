@@ -395,3 +395,33 @@ def test_sorted_labels_float64_names_non_finite_scores():
     for bad in (np.inf, -np.inf, np.nan):
         with pytest.raises(ValueError, match="NaN or infinite"):
             sorted_labels(labels, np.array([0.1, bad, 0.2, 0.3, -0.7]), check_finite=True)
+
+
+def test_evaluate_groups_hands_back_the_harmonic_numbers():
+    """The rank stage's cached harmonic numbers (two float64 arrays per length ranked:
+    240 MB at 1e7 rows and two halves) are dropped before the Platt fits run."""
+    from fastuq.metrics.rank import harmonic_numbers
+
+    rng = np.random.default_rng(5)
+    n = 3000
+    y = rng.random(n) < 0.6
+    x = rng.standard_normal((n, 2))
+    harmonic_numbers(n)
+    assert harmonic_numbers.cache_info().currsize >= 1
+    evaluate_groups(y, x, np.where(rng.random(n) < 0.5, "a", "b"))
+    assert harmonic_numbers.cache_info().currsize == 0
+
+
+def test_check_finite_column_major_names_column_and_row():
+    """A column-major score matrix is checked a column at a time; the message still names
+    the first bad column and its first bad row, as for a row-major one."""
+    from fastuq.metrics.inputs import check_finite
+
+    x = np.zeros((6, 3))
+    x[4, 1] = np.nan
+    x[2, 2] = np.inf
+    for m in (x, np.asfortranarray(x)):
+        with pytest.raises(ValueError, match=r"column 1 \('b'\) holds a NaN or infinite "
+                                             r"value \(first at row 4: nan\)"):
+            check_finite(m, ["a", "b", "c"])
+    check_finite(np.asfortranarray(np.ones((5, 2))))

@@ -234,13 +234,16 @@ def as_score_matrix(
 
 
 def check_finite(x: np.ndarray, names: Sequence[str] | None = None, *, what: str = "scores"):
-    """Raise ValueError naming the first column (and row) of ``x [N, C]`` that is not finite."""
-    finite = np.isfinite(x)
-    ok = finite.all(axis=0)
+    """Raise ValueError naming the first column (and row) of ``x [N, C]`` that is not finite
+    (a column-major ``x`` is checked a column at a time: no ``[N, C]`` temporary)."""
+    if x.flags.f_contiguous:
+        ok = np.array([np.isfinite(x[:, j]).all() for j in range(x.shape[1])], bool)
+    else:
+        ok = np.isfinite(x).all(axis=0)
     if ok.all():
         return
     j = int(np.flatnonzero(~ok)[0])
-    i = int(np.flatnonzero(~finite[:, j])[0])
+    i = int(np.flatnonzero(~np.isfinite(x[:, j]))[0])
     label = f" ({names[j]!r})" if names is not None else ""
     raise ValueError(
         f"{what} column {j}{label} holds a NaN or infinite value (first at row {i}: {x[i, j]})"

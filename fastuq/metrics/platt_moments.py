@@ -289,14 +289,16 @@ def _heldout(xparts, yparts, mean, scale, v, b, n_bins, probs):
 
 
 def _one_column(layout: FoldLayout, x: np.ndarray, lam: float, n_bins: int, want_prob: bool,
-                order: int = ORDER, tail: float = TAIL):
+                order: int = ORDER, tail: float = TAIL, y: np.ndarray | None = None):
     """``(probabilities [N] in row order or None, Brier, ECE)`` of one column, or None when
-    the series' bound is not met (the caller fits it exactly)."""
+    the series' bound is not met (the caller fits it exactly). ``y``: the layout's labels
+    as float64, when the caller shares one copy between columns."""
     if order % 2:
         raise ValueError(f"the series' order must be even (its bound uses the moments of "
                          f"g**(order + 2)), got {order}")
     xs = np.take(np.asarray(x, np.float64), layout.perm)
-    y = layout.y.astype(np.float64)
+    if y is None:
+        y = layout.y.astype(np.float64)
     cuts = list(zip(layout.bounds[:-1], layout.bounds[1:], strict=True))
     xparts = [xs[lo:hi] for lo, hi in cuts]
     yparts = [y[lo:hi] for lo, hi in cuts]
@@ -356,9 +358,10 @@ def moment_columns(
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
             (os.cpu_count() or 1)
     workers = max(1, min(workers, nc))
+    y = layout.y.astype(np.float64)  # the labels in fold order, one copy for every column
 
     def job(j):
-        return _one_column(layout, columns[j], lam, n_bins, want_prob)
+        return _one_column(layout, columns[j], lam, n_bins, want_prob, y=y)
 
     # one BLAS thread: the products here are small, and a threaded BLAS under load spins
     with threadpool_limits(1):

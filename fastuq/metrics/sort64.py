@@ -127,12 +127,13 @@ def packed_sort64(
     same = words[1:] == words[:-1]
     del words
     if shift:
-        tied = np.flatnonzero(same)  # equal top bits: equal keys, or a run to re-sort
-        if tied.size > n // 8:  # many ties (a few distinct scores): one gather of all keys
+        # equal top bits: equal keys, or a run to re-sort
+        if np.count_nonzero(same) > n // 8:  # many ties (few distinct scores): one gather
             sorted_keys = np.take(keys, rows)
             differ = np.flatnonzero(same & (sorted_keys[1:] != sorted_keys[:-1]))
             del sorted_keys
         else:
+            tied = np.flatnonzero(same)
             differ = tied[np.take(keys, np.take(rows, tied)) !=
                           np.take(keys, np.take(rows, tied + 1))]
         if differ.size and not _resort_runs(keys, labels, rows, ys, same, differ, n):
