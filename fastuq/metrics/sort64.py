@@ -136,6 +136,8 @@ def packed_sort64(
             tied = np.flatnonzero(same)
             differ = tied[np.take(keys, np.take(rows, tied)) !=
                           np.take(keys, np.take(rows, tied + 1))]
+        if differ.size >= MAX_FIX * n:  # a run holding k such pairs has k + 1 rows or more
+            return None
         if differ.size and not _resort_runs(keys, labels, rows, ys, same, differ, n):
             return None
     return ys, same, [np.take(p, rows) for p in payloads], (int(kmin), int(kmax))
