@@ -411,8 +411,9 @@ PUBLIC = {
         "answer_sets_scan", "answer_sets_scan_numpy", "cocoa", "cocoa_mean", "cocoa_scan",
         "cocoa_scan_numpy", "num_answer_sets", "num_answer_sets_mean", "round_answer_sets"},
     "fastuq.engine.host": {
-        "MMAP_THRESHOLD", "TRIM_THRESHOLD", "available_cpus", "cgroup_cpu_limit",
-        "default_cpu_devices", "release_memory", "tune_allocator", "use_cpu_devices"},
+        "LEAN_THRESHOLD", "MMAP_THRESHOLD", "TRIM_THRESHOLD", "available_cpus",
+        "cgroup_cpu_limit", "default_cpu_devices", "lean_allocator", "release_memory",
+        "tune_allocator", "use_cpu_devices"},
 }
 
 

@@ -166,7 +166,7 @@ def _evaluate(args, source: Path, methods, metrics, info: dict):
                   table["protocol"].unique().to_pylist() if "protocol" in table.column_names
                   else [])
         cs.report_params("fastuq eval", per_protocol, protos, args.params)
-    from fastuq.engine.host import release_memory
+    from fastuq.engine.host import lean_allocator, release_memory
     from fastuq.engine.registry import score_outputs
     from fastuq.metrics.inputs import ScoreColumns
 
@@ -178,6 +178,7 @@ def _evaluate(args, source: Path, methods, metrics, info: dict):
     n = table.num_rows
     columns = [table.column(name) for name in names]
     del table
+    lean_allocator()  # the metrics' temporaries go back to the system when freed
     scores = ScoreColumns.consume(columns, names, n, after_each=release_memory)
     release_memory()
     return labels, scores, names, groups
