@@ -350,3 +350,39 @@ def test_any_device_count_is_bit_identical_and_every_device_works(ragged, device
     # The chunks of 1 and 2 trajectories cannot use every device: said once, not per chunk
     assert len(info["unsplit"]) == 1, info["unsplit"]
     assert f"over {devices} devices" in info["unsplit"][0]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or any(
+    k in os.environ for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_",
+                              "GLIBC_TUNABLES")), reason="glibc's mallopt, as the process sets it")
+def test_lean_allocator_returns_freed_blocks_to_the_system():
+    """After ``tune_allocator`` a freed 16 MiB block stays in the process (its pages kept for
+    reuse); after ``lean_allocator`` (what ``fastuq eval`` calls once it has scored) the
+    same block goes back to the system when freed. Measured on the resident set of a fresh
+    process."""
+    code = textwrap.dedent("""
+        import os, platform
+        import numpy as np
+        from fastuq.engine.host import lean_allocator, tune_allocator
+        if platform.libc_ver()[0] != "glibc":
+            print("skip"); raise SystemExit
+        def rss():
+            with open("/proc/self/statm") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        def kept():
+            before = rss()
+            a = np.ones(2 << 20)  # 16 MiB, every page touched
+            del a
+            return rss() - before
+        assert tune_allocator()
+        tuned = kept()
+        assert lean_allocator()
+        print(tuned, kept())
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    if out == ["skip"]:
+        pytest.skip("not glibc")
+    tuned, lean = (int(v) for v in out)
+    assert tuned >= 15 << 20  # kept for reuse
+    assert lean < 1 << 20  # handed back

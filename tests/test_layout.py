@@ -329,6 +329,8 @@ PUBLIC = {
     # stack's, calibrate's and select's inputs)
     "fastuq.engine.registry": {"score_estimator", "score_outputs"},
     "fastuq.metrics.logistic": {"LogisticModel", "logistic_fit", "standardise"},
+    "fastuq.metrics.sort64": {"MAX_FIX", "checked_argsort64", "packed_sort64",
+                              "radix_sort_with"},
     "fastuq.selection": {"best_of_k", "select_best"},
     # fastuq bench and the timing harness the bench/ scripts share
     "fastuq.evaluation.bench": {
@@ -413,8 +415,9 @@ PUBLIC = {
         "answer_sets_scan", "answer_sets_scan_numpy", "cocoa", "cocoa_mean", "cocoa_scan",
         "cocoa_scan_numpy", "num_answer_sets", "num_answer_sets_mean", "round_answer_sets"},
     "fastuq.engine.host": {
-        "MMAP_THRESHOLD", "TRIM_THRESHOLD", "available_cpus", "cgroup_cpu_limit",
-        "default_cpu_devices", "release_memory", "tune_allocator", "use_cpu_devices"},
+        "LEAN_THRESHOLD", "MMAP_THRESHOLD", "TRIM_THRESHOLD", "available_cpus",
+        "cgroup_cpu_limit", "default_cpu_devices", "lean_allocator", "release_memory",
+        "tune_allocator", "use_cpu_devices"},
 }
 
 

@@ -503,3 +503,33 @@ def test_platt_warning_names_the_fold_that_did_not_converge(fold_k):
     with pytest.warns(PlattConvergenceWarning, match=rf"1 \(fold, column\) fits: "
                                                      rf"column 1: fold {fold_k} \("):
         platt_columns(y.astype(bool), [np.arange(y.size) % 7 * 1.0, u], fold, 0.0)
+
+
+def test_score_columns_consume_copies_chunks_and_frees_each_column():
+    """``ScoreColumns.consume``: Arrow columns of several chunks (and NumPy ones) become one
+    column-major matrix of their common float dtype, equal value for value to the inputs;
+    each list entry is dropped (None) as soon as it is copied, before ``after_each`` runs."""
+    import pyarrow as pa
+
+    from fastuq.metrics.inputs import ScoreColumns
+
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal(10)
+    b = rng.integers(0, 5, 10)
+    c = rng.standard_normal(10).astype(np.float32)
+    columns = [pa.chunked_array([a[:3], a[3:7], a[7:]]),
+               pa.chunked_array([b[:5], b[5:]]), c]
+    seen = []
+    s = ScoreColumns.consume(columns, ["a", "b", "c"], 10,
+                             after_each=lambda: seen.append(list(columns)))
+    assert s.x.dtype == np.float64 and s.x.shape == (10, 3) and s.x.flags.f_contiguous
+    assert np.array_equal(s["a"], a) and np.array_equal(s["b"], b.astype(np.float64))
+    assert np.array_equal(s["c"], c.astype(np.float64)) and s.names == ["a", "b", "c"]
+    assert [[col is None for col in state] for state in seen] == [
+        [True, False, False], [True, True, False], [True, True, True]]
+    f32 = ScoreColumns.consume([pa.chunked_array([c[:4], c[4:]])], ["c"], 10)
+    assert f32.x.dtype == np.float32 and np.array_equal(f32["c"], c)
+    with pytest.raises(ValueError, match="score column 'a' has 9 rows, expected 10"):
+        ScoreColumns.consume([pa.array(a[:9])], ["a"], 10)
+    with pytest.raises(ValueError, match="2 names for 1 score columns"):
+        ScoreColumns.consume([a], ["a", "b"], 10)

@@ -322,3 +322,106 @@ def test_checked_argsort_falls_back_when_not_stable(monkeypatch):
     monkeypatch.setattr(pl.Series, "arg_sort", fake_arg_sort)
     _, (rows,) = _sort64_with(keys, np.arange(5))
     np.testing.assert_array_equal(rows, [1, 2, 4, 3, 0])
+
+
+def _stable_reference(x, labels, payload):
+    order = np.argsort(x + 0.0, kind="stable")  # -0.0 ranks with 0.0
+    xs = x[order] + 0.0
+    return labels[order], xs[1:] == xs[:-1], payload[order]
+
+
+@settings(max_examples=80, deadline=None)
+@given(values=st.lists(st.integers(-6, 6), min_size=2, max_size=300),
+       ulps=st.lists(st.integers(0, 3), min_size=300, max_size=300),
+       scale=st.sampled_from([1.0, 1e-300, 3.7, -0.0, 1e300]),
+       wide=st.booleans(), max_fix=st.sampled_from([0.0, 0.25, 1.0]))
+def test_packed_64bit_sort_is_the_stable_order(values, ulps, scale, wide, max_fix):
+    """``packed_sort64`` (one sort of packed top bits, runs of near-equal scores re-sorted)
+    gives the labels, tie flags and payloads of ``np.argsort(kind="stable")``, or None when
+    more than ``MAX_FIX`` of the rows would need re-sorting."""
+    import fastuq.metrics.sort64 as sort64
+
+    x = np.array(values, np.float64) * scale / 7.0
+    x = x + np.array(ulps[: x.shape[0]]) * np.spacing(x)  # scores a few ulps apart
+    if wide:  # a wide key range: only the top bits of each key fit beside the rows
+        x[0] = -1e308
+    rng = np.random.default_rng(len(values))
+    labels = rng.random(x.shape[0]) < 0.5
+    payload = rng.integers(0, 256, x.shape[0]).astype(np.uint8)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sort64, "MAX_FIX", max_fix)
+        got = sort64.packed_sort64(order_keys(x), labels, [payload])
+    if got is None:
+        assert max_fix < 1.0
+        return
+    ys, same, (sorted_payload,), ends = got
+    ref = _stable_reference(x, labels, payload)
+    np.testing.assert_array_equal(ys, ref[0])
+    np.testing.assert_array_equal(same, ref[1])
+    np.testing.assert_array_equal(sorted_payload, ref[2])
+    assert ends == (int(order_keys(x).min()), int(order_keys(x).max()))
+
+
+def test_packed_64bit_sort_resorts_runs_of_near_equal_scores(monkeypatch):
+    """Consecutive float64 values beside a far one share their keys' top bits: the packed
+    sort re-sorts that run by the full keys (or gives up when that is too many rows)."""
+    import fastuq.metrics.sort64 as sort64
+
+    x = np.concatenate([[-1e308, 5.0], 1.0 + np.arange(40, 0, -1) * 2.0**-52, [1.0 + 2.0**-52]])
+    labels = np.arange(x.shape[0]) % 3 == 0
+    payload = np.arange(x.shape[0], dtype=np.uint8)
+    monkeypatch.setattr(sort64, "MAX_FIX", 1.0)
+    ys, same, (rows,), _ = sort64.packed_sort64(order_keys(x), labels, [payload])
+    # by hand: -1e308 (row 0), 1 + 1 ulp (rows 41 and 42, tied, in row order), 1 + k ulps
+    # for k = 2..40 (rows 40 down to 2), 5.0 (row 1)
+    order = [0, 41, 42, *range(40, 1, -1), 1]
+    np.testing.assert_array_equal(rows, order)
+    np.testing.assert_array_equal(ys, np.array(order) % 3 == 0)
+    np.testing.assert_array_equal(np.flatnonzero(same), [1])
+    monkeypatch.setattr(sort64, "MAX_FIX", 0.5)  # 41 of 43 rows to re-sort
+    assert sort64.packed_sort64(order_keys(x), labels, [payload]) is None
+
+
+def test_sorted_labels_float64_names_non_finite_scores():
+    """The float64 path's finite check (from the keys' extremes) still refuses NaN and
+    infinities, and the ranking of finite float64 scores equals the stable order."""
+    from fastuq.metrics.rank import sorted_labels
+
+    x = np.array([0.1, 0.3, 0.2, 0.3, -0.7])
+    labels = np.array([True, False, True, True, False])
+    ys, same, _ = sorted_labels(labels, x, check_finite=True)
+    np.testing.assert_array_equal(ys, [False, True, True, False, True])
+    np.testing.assert_array_equal(same, [False, False, False, True])
+    for bad in (np.inf, -np.inf, np.nan):
+        with pytest.raises(ValueError, match="NaN or infinite"):
+            sorted_labels(labels, np.array([0.1, bad, 0.2, 0.3, -0.7]), check_finite=True)
+
+
+def test_evaluate_groups_hands_back_the_harmonic_numbers():
+    """The rank stage's cached harmonic numbers (two float64 arrays per length ranked:
+    240 MB at 1e7 rows and two halves) are dropped before the Platt fits run."""
+    from fastuq.metrics.rank import harmonic_numbers
+
+    rng = np.random.default_rng(5)
+    n = 3000
+    y = rng.random(n) < 0.6
+    x = rng.standard_normal((n, 2))
+    harmonic_numbers(n)
+    assert harmonic_numbers.cache_info().currsize >= 1
+    evaluate_groups(y, x, np.where(rng.random(n) < 0.5, "a", "b"))
+    assert harmonic_numbers.cache_info().currsize == 0
+
+
+def test_check_finite_column_major_names_column_and_row():
+    """A column-major score matrix is checked a column at a time; the message still names
+    the first bad column and its first bad row, as for a row-major one."""
+    from fastuq.metrics.inputs import check_finite
+
+    x = np.zeros((6, 3))
+    x[4, 1] = np.nan
+    x[2, 2] = np.inf
+    for m in (x, np.asfortranarray(x)):
+        with pytest.raises(ValueError, match=r"column 1 \('b'\) holds a NaN or infinite "
+                                             r"value \(first at row 4: nan\)"):
+            check_finite(m, ["a", "b", "c"])
+    check_finite(np.asfortranarray(np.ones((5, 2))))

@@ -166,17 +166,20 @@ def _evaluate(args, source: Path, methods, metrics, info: dict):
                   table["protocol"].unique().to_pylist() if "protocol" in table.column_names
                   else [])
         cs.report_params("fastuq eval", per_protocol, protos, args.params)
-    from fastuq.engine.host import release_memory
+    from fastuq.engine.host import lean_allocator, release_memory
     from fastuq.engine.registry import score_outputs
     from fastuq.metrics.inputs import ScoreColumns
 
     labels = _label_array(table, str(source))
     names = score_outputs(table.column_names)
     groups = table["protocol"] if "protocol" in table.column_names else None
-    # one float matrix of the scores; the scored table (ids and all) is dropped here, so
-    # the metrics run with the scores in memory once
-    scores = ScoreColumns.from_table(table.select(names))
+    # one float matrix of the scores; the scored table is dropped first and each score
+    # column freed once copied, so the scores are never held twice over
+    n = table.num_rows
+    columns = [table.column(name) for name in names]
     del table
+    lean_allocator()  # the metrics' temporaries go back to the system when freed
+    scores = ScoreColumns.consume(columns, names, n, after_each=release_memory)
     release_memory()
     return labels, scores, names, groups
 

@@ -453,6 +453,16 @@ def corpus_labels(table: pa.Table, source: str | os.PathLike, purpose: str) -> A
 UNLABELLED_KEY = "fastuq.first_unlabelled"
 
 
+def _owned(array: Any, copy: Callable | None) -> Any:
+    """``array`` in memory of its own (``copy([array])``) when ``copy`` is given and it is
+    an Arrow array, else ``array``."""
+    import pyarrow as pa
+
+    if copy is None or not isinstance(array, pa.Array):
+        return array
+    return copy([array])
+
+
 def score_corpus(
     source,
     methods,
@@ -490,13 +500,18 @@ def score_corpus(
         backend=backend, chunk_rows=chunk_rows, observation_noise=observation_noise,
         on_error=on_error, skipped=skipped if on_error == "skip" else None, check=check,
     ):
-        cols = {"trajectory_id": batch.ids} if "trajectory_id" in keep else {}
+        # a pack's chunk columns are slices of its memory-mapped file: a kept one is
+        # copied, or it would keep the whole mapping (every page the kernels read) alive
+        own = pa.concat_arrays if getattr(batch, "packed", None) is not None else None
+        cols = {"trajectory_id": _owned(batch.ids, own)} if "trajectory_id" in keep else {}
         cols.update(scores)
         for extra in ("question_id", "protocol", "correct"):
             if extra in keep and extra in batch.table.column_names:
                 cols[extra] = batch.column(extra)
                 if extra == "protocol" and "trajectory_id" not in keep:
                     cols[extra] = pc.dictionary_encode(cols[extra])
+                else:
+                    cols[extra] = _owned(cols[extra], own)
                 if (extra == "correct" and "trajectory_id" not in keep
                         and first_unlabelled is None and cols[extra].null_count):
                     k = int(np.flatnonzero(cols[extra].is_null().to_numpy(

@@ -37,7 +37,7 @@ from fastuq.metrics.inputs import (
     warn_single_class,
 )
 from fastuq.metrics.platt import PlattConvergenceWarning, oof_briers_columns, oof_platt
-from fastuq.metrics.rank import RANK_METRICS, rank_metrics, rank_metrics_rows
+from fastuq.metrics.rank import RANK_METRICS, harmonic_numbers, rank_metrics, rank_metrics_rows
 
 __all__ = [
     "METRICS",
@@ -404,6 +404,10 @@ def evaluate_groups(
         threads = 1 if x.dtype == np.float64 and n >= 1 << 20 else None
         pooled_rank, group_rank = rank_metrics_rows(y, x.T, rank_wanted, subsets=members,
                                                     threads=threads)
+
+    # the harmonic numbers of each length ranked (2 float64 arrays per length) are not
+    # needed by the Platt fits: hand their memory back before those run
+    harmonic_numbers.cache_clear()
 
     def table(keep, columns, rank):
         return _table(y if keep is None else y[keep], columns, col_names, rank, metrics,

@@ -9,7 +9,7 @@ input was 1-D and the column names, if any were given.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -82,6 +82,26 @@ class LazyColumns:
         return (self._get(j) for j in range(self._n))
 
 
+def _chunks(column: Any) -> list:
+    """The chunks of a pyarrow ChunkedArray, or ``[column]`` for an Array or NumPy array."""
+    chunks = getattr(column, "chunks", None)
+    return list(chunks) if chunks is not None else [np.asarray(column) if not hasattr(
+        column, "to_numpy") else column]
+
+
+def _numpy_dtype(chunks: list) -> np.dtype:
+    """The NumPy dtype a column of ``chunks`` converts to (an Arrow type's own)."""
+    first = chunks[0] if chunks else None
+    if isinstance(first, np.ndarray):
+        return first.dtype
+    if first is None:
+        return np.dtype(np.float64)
+    try:
+        return np.dtype(first.type.to_pandas_dtype())
+    except (NotImplementedError, TypeError):
+        return np.dtype(object)
+
+
 def _as_float(x: np.ndarray) -> np.ndarray:
     if x.dtype == np.float32 or x.dtype == np.float64:
         return x
@@ -109,6 +129,43 @@ class ScoreColumns(Mapping):
         """The columns of a pyarrow Table or Polars DataFrame, converted one at a time."""
         x, _, names = as_score_matrix(table, len(table))
         return cls(x, names or [])
+
+    @classmethod
+    def consume(cls, columns: list, names: Sequence[str], n: int, *,
+                after_each: Callable[[], None] | None = None) -> ScoreColumns:
+        """The ``n``-row score columns in the list ``columns`` (pyarrow ChunkedArrays or
+        Arrays, or NumPy ``[N]``), copied chunk by chunk into one column-major matrix of
+        their common float dtype (as :func:`as_score_matrix`: float32 stays float32, other
+        numbers become float64). Each list entry is set to ``None`` once copied, so that a
+        column whose only reference was the list is freed before the next one is copied
+        (the peak holds the matrix and the columns not yet copied, not two copies of every
+        score); ``after_each()`` is called after each column (e.g. to hand the freed memory
+        back to the system). ValueError when the names and columns differ in number or a
+        column does not hold ``n`` rows."""
+        names = [str(name) for name in names]
+        if len(names) != len(columns):
+            raise ValueError(f"{len(names)} names for {len(columns)} score columns")
+        dtypes = []
+        for name, col in zip(names, columns, strict=True):
+            chunks = _chunks(col)
+            rows = sum(len(c) for c in chunks)
+            if rows != n:
+                raise ValueError(f"length mismatch: score column {name!r} has {rows} rows, "
+                                 f"expected {n}")
+            dtypes.append(_as_float(np.empty(0, _numpy_dtype(chunks))).dtype)
+        x = np.empty((len(names), n), np.result_type(*dtypes) if dtypes else np.float64).T
+        for j in range(len(names)):
+            r0 = 0
+            for chunk in _chunks(columns[j]):
+                part = chunk if isinstance(chunk, np.ndarray) else \
+                    chunk.to_numpy(zero_copy_only=False)
+                x[r0 : r0 + part.shape[0], j] = part
+                r0 += part.shape[0]
+            part = None  # noqa: F841 (the last chunk's view goes with its column)
+            columns[j] = None
+            if after_each is not None:
+                after_each()
+        return cls(x, names)
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.x[:, self.names.index(name)]
@@ -177,13 +234,16 @@ def as_score_matrix(
 
 
 def check_finite(x: np.ndarray, names: Sequence[str] | None = None, *, what: str = "scores"):
-    """Raise ValueError naming the first column (and row) of ``x [N, C]`` that is not finite."""
-    finite = np.isfinite(x)
-    ok = finite.all(axis=0)
+    """Raise ValueError naming the first column (and row) of ``x [N, C]`` that is not finite
+    (a column-major ``x`` is checked a column at a time: no ``[N, C]`` temporary)."""
+    if x.flags.f_contiguous:
+        ok = np.array([np.isfinite(x[:, j]).all() for j in range(x.shape[1])], bool)
+    else:
+        ok = np.isfinite(x).all(axis=0)
     if ok.all():
         return
     j = int(np.flatnonzero(~ok)[0])
-    i = int(np.flatnonzero(~finite[:, j])[0])
+    i = int(np.flatnonzero(~np.isfinite(x[:, j]))[0])
     label = f" ({names[j]!r})" if names is not None else ""
     raise ValueError(
         f"{what} column {j}{label} holds a NaN or infinite value (first at row {i}: {x[i, j]})"

@@ -292,6 +292,8 @@ def oof_briers_columns(
         d = prob - labels[:, None]
         return np.einsum("nc,nc->c", d, d) / n, ece_matrix(labels, prob, n_bins)
     fold = stratified_folds(labels, n_folds, seed, check_classes=False)
+    if n_folds < 128:  # held through the fits: one byte per row, not eight
+        fold = fold.astype(np.int8)
     engine = moment_columns if n >= MOMENT_MIN_ROWS else platt_columns
     _, brier, ece = engine(labels, columns, fold, _penalty(C), n_bins=n_bins)
     return brier, ece

@@ -96,7 +96,8 @@ def _series_weights(da: np.ndarray, db: np.ndarray, order: int) -> np.ndarray:
 
 
 def _pass(xparts, yparts, m, d, a0, b0, order, tail):
-    """The moment pass over a column's fold segments ``xparts`` (labels ``yparts``, float64):
+    """The moment pass over a column's fold segments ``xparts`` (labels ``yparts``, 0 / 1,
+    int8 or float64; made float64 a chunk at a time):
     ``(Q [F, order + 4, order + 3], syg [F], tails)``. ``Q[k, 0, p]`` is the sum of
     ``softplus(t0) g**p`` and ``Q[k, 1 + i, p]`` that of ``sigma(t0)**i g**p`` over segment
     ``k``'s rows with ``|g| <= tail``; ``syg[k]`` the sum of ``y g`` over all its rows;
@@ -113,7 +114,7 @@ def _pass(xparts, yparts, m, d, a0, b0, order, tail):
             g = xk[r0 : r0 + CHUNK] - m
             g /= d
             n = g.shape[0]
-            yk = ykk[r0 : r0 + CHUNK]
+            yk = ykk[r0 : r0 + CHUNK].astype(np.float64, copy=False)
             syg[k] += np.dot(g, yk)
             s = sig[:, :n]
             far = np.abs(g) > tail
@@ -153,7 +154,7 @@ def _tails(xparts, yparts, m, d, tail):
         g = (xk - m) / d
         far = np.flatnonzero(np.abs(g) > tail)
         tg.append(g[far])
-        ty.append(yk[far])
+        ty.append(yk[far].astype(np.float64, copy=False))
         ts.append(np.full(far.shape[0], k, np.int64))
     return np.concatenate(tg), np.concatenate(ty), np.concatenate(ts)
 
@@ -255,7 +256,7 @@ def _reference(xparts, yparts, m, d, n_train, lam, rows=REF_ROWS):
     n = sum(xp.shape[0] for xp in xparts)
     stride = max(1, n // rows)
     g = (np.concatenate([xp[::stride] for xp in xparts]) - m) / d
-    ys = np.concatenate([yp[::stride] for yp in yparts])
+    ys = np.concatenate([yp[::stride] for yp in yparts]).astype(np.float64, copy=False)
     seg = np.full(g.shape[0], -1, np.int64)
     sy = np.array([ys.sum()])
     pbar = min(max(float(sy[0]) / g.shape[0], 1e-6), 1 - 1e-6)
@@ -277,7 +278,7 @@ def _heldout(xparts, yparts, mean, scale, v, b, n_bins, probs):
             t *= v[k]
             t += b[k]
             p = stable_sigmoid(t)
-            yk = ykk[r0 : r0 + CHUNK]
+            yk = ykk[r0 : r0 + CHUNK].astype(np.float64, copy=False)
             dlt = p - yk
             brier += float(np.dot(dlt, dlt))
             idx = bin_index(p, n_bins)
@@ -291,12 +292,13 @@ def _heldout(xparts, yparts, mean, scale, v, b, n_bins, probs):
 def _one_column(layout: FoldLayout, x: np.ndarray, lam: float, n_bins: int, want_prob: bool,
                 order: int = ORDER, tail: float = TAIL):
     """``(probabilities [N] in row order or None, Brier, ECE)`` of one column, or None when
-    the series' bound is not met (the caller fits it exactly)."""
+    the series' bound is not met (the caller fits it exactly). The labels stay the layout's
+    int8 (each pass makes a chunk of them float64), so no float64 copy of them is held."""
     if order % 2:
         raise ValueError(f"the series' order must be even (its bound uses the moments of "
                          f"g**(order + 2)), got {order}")
     xs = np.take(np.asarray(x, np.float64), layout.perm)
-    y = layout.y.astype(np.float64)
+    y = layout.y
     cuts = list(zip(layout.bounds[:-1], layout.bounds[1:], strict=True))
     xparts = [xs[lo:hi] for lo, hi in cuts]
     yparts = [y[lo:hi] for lo, hi in cuts]
