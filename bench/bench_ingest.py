@@ -385,7 +385,7 @@ def worker_read_mem(spec: dict[str, Any]) -> dict[str, Any]:
     file, fn, _, _ = READERS[key]
     import pyarrow  # noqa: F401  (libraries loaded before the baseline)
 
-    from fastuq import readers  # noqa: F401
+    from fastuq.io import readers  # noqa: F401
 
     if key == "polars":
         import polars  # noqa: F401

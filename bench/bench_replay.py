@@ -49,16 +49,10 @@ def _median(xs: list[float]) -> float:
 def bench_grid(n: int, repeats: int, tmp: Path) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
+    from fastuq.decisions.outcomes import metric_stack
     from fastuq.engine.batch import Batch
     from fastuq.kernels.uaad import MOVED_SLACK_ULPS
-    from fastuq.replay import (
-        Policy,
-        _metric_stack,
-        replay,
-        round_outcomes,
-        stop_rounds,
-        uaad_grid_sums,
-    )
+    from fastuq.replay import Policy, replay, round_outcomes, stop_rounds, uaad_grid_sums
     from fastuq.synth import corpus, write
 
     path = tmp / "debates.parquet"
@@ -84,7 +78,7 @@ def bench_grid(n: int, repeats: int, tmp: Path) -> dict[str, Any]:
     out = round_outcomes(batch)
     outcomes_s = time.perf_counter() - t0
     agreement, mask = batch.rounds("agreement")
-    g = _metric_stack(out, out.n_agents)
+    g = metric_stack(out, out.n_agents)
     n_t = agreement.shape[0]
     moved = np.full(agreement.shape, np.inf)
     moved[1:] = np.abs(agreement[1:] - agreement[:-1])
