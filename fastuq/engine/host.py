@@ -52,8 +52,6 @@ def tune_allocator() -> bool:
     alone when ``MALLOC_MMAP_THRESHOLD_`` or ``MALLOC_TRIM_THRESHOLD_`` (or
     ``GLIBC_TUNABLES``) choose already. Returns whether it applied.
     """
-    import platform
-
     if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
         import pyarrow as pa
 
@@ -63,6 +61,16 @@ def tune_allocator() -> bool:
                 break
             except (NotImplementedError, pa.ArrowException):
                 continue
+    return _malloc_thresholds(MMAP_THRESHOLD, TRIM_THRESHOLD)
+
+
+def _malloc_thresholds(mmap: int, trim: int) -> bool:
+    """glibc ``mallopt``: blocks of ``mmap`` bytes and more are their own mappings, and up
+    to ``trim`` bytes stay free at the heap's top. glibc only; left alone when
+    ``MALLOC_MMAP_THRESHOLD_`` or ``MALLOC_TRIM_THRESHOLD_`` (or ``GLIBC_TUNABLES``) choose.
+    Returns whether it applied."""
+    import platform
+
     if platform.libc_ver()[0] != "glibc" or any(
             k in os.environ for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_",
                                       "GLIBC_TUNABLES")):
@@ -72,8 +80,8 @@ def tune_allocator() -> bool:
 
         libc = ctypes.CDLL("libc.so.6")
         m_trim_threshold, m_mmap_threshold = -1, -3
-        return bool(libc.mallopt(m_mmap_threshold, MMAP_THRESHOLD)
-                    and libc.mallopt(m_trim_threshold, TRIM_THRESHOLD))
+        return bool(libc.mallopt(m_mmap_threshold, mmap)
+                    and libc.mallopt(m_trim_threshold, trim))
     except (OSError, AttributeError):
         return False
 
@@ -86,21 +94,7 @@ def lean_allocator() -> bool:
     eval``'s metrics: at 1e7 rows its Platt stage held 0.2-0.3 GiB of freed heap). glibc
     only; left alone when ``MALLOC_MMAP_THRESHOLD_`` or ``MALLOC_TRIM_THRESHOLD_`` (or
     ``GLIBC_TUNABLES``) choose. Returns whether it applied."""
-    import platform
-
-    if platform.libc_ver()[0] != "glibc" or any(
-            k in os.environ for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_",
-                                      "GLIBC_TUNABLES")):
-        return False
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-        m_trim_threshold, m_mmap_threshold = -1, -3
-        return bool(libc.mallopt(m_mmap_threshold, LEAN_THRESHOLD)
-                    and libc.mallopt(m_trim_threshold, LEAN_THRESHOLD))
-    except (OSError, AttributeError):
-        return False
+    return _malloc_thresholds(LEAN_THRESHOLD, LEAN_THRESHOLD)
 
 
 def release_memory() -> None:
