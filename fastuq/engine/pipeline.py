@@ -246,7 +246,6 @@ def skip_bad_rows(
                                               for p in preset.kernel_params},
             presets=None if preset is None else preset.presets,
             confidence=params.get("confidence"), estimator=preset,
-            needs_protocol=True,  # the output's protocol column (batch.protocol) too
         )
     if problems.bad:
         idx = sorted(problems.bad)

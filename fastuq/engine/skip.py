@@ -137,7 +137,6 @@ def input_problems(
     presets: Mapping[str, Mapping[str, float]] | None,
     confidence: str | None,
     estimator=None,
-    needs_protocol: bool = False,
 ) -> None:
     """Report into ``problems`` every record whose estimator inputs are bad.
 
@@ -153,20 +152,19 @@ def input_problems(
       confidence: UMAS node confidence (``mean_logprob`` reads ``n_tokens``).
       estimator: the estimator whose ``presets`` these are (its message for a protocol
         without a preset lists every parameter that lacks a value).
-      needs_protocol: whether a record without a protocol (the field null, no override)
-        is bad even when no estimator with presets runs: scoring always reads it (the
-        output's protocol, per-protocol parameters), and raises on a null one.
+
+    A record without a protocol (the field null, no override) is bad whatever runs:
+    scoring always reads it (the output's protocol, per-protocol parameters).
     """
     names = table.column_names
     n = table.num_rows
-    if ((presets is not None or needs_protocol) and protocol is None
-            and "protocol" in names):
+    if protocol is None and "protocol" in names:
         col = combined(table.column("protocol")).cast(pa.string())
         missing = col.is_null().to_numpy(zero_copy_only=False)
         for i in np.flatnonzero(missing).tolist():
             problems.bad.setdefault(i, _Pending(": no protocol (field protocol)"))
         needed = [p for p, v in params.items() if v is None]
-        if needed and n:
+        if presets is not None and needed and n:
             known = pa.array(sorted(presets), pa.string())
             unknown = ~pc.is_in(col, value_set=known).to_numpy(zero_copy_only=False) & ~missing
             for i in np.flatnonzero(unknown).tolist():
