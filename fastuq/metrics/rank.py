@@ -76,6 +76,7 @@ import numpy as np
 
 from fastuq.metrics.sort64 import checked_argsort64 as _sort64_with
 from fastuq.metrics.sort64 import packed_sort64, radix_sort_with
+from fastuq.metrics.sort64 import tie_groups as _tie_groups
 
 __all__ = [
     "BLOCK_ELEMENTS",
@@ -380,16 +381,16 @@ def sorted_labels(
         sorted_keys, ys, low_words = _sort_packed_f32(keys, low)
         rows = (low_words >> np.uint32(1)) if packed else None
         rest = [np.take(p, rows) for p in packed]
-        ends = (sorted_keys[0], sorted_keys[-1]) if sorted_keys.size else None
-        same = sorted_keys[1:] == sorted_keys[:-1]
     else:
         done = packed_sort64(keys, labels, packed, low)
         if done is None:
             sorted_keys, (ys, *rest) = _sort64_with(keys, labels, *packed)
-            ends = (sorted_keys[0], sorted_keys[-1]) if sorted_keys.size else None
-            same = sorted_keys[1:] == sorted_keys[:-1]
-        else:
+        else:  # no sorted keys: the ties and the ends come with the order
+            sorted_keys = None
             ys, same, rest, ends = done
+    if sorted_keys is not None:
+        ends = (sorted_keys[0], sorted_keys[-1]) if sorted_keys.size else None
+        same = sorted_keys[1:] == sorted_keys[:-1]
     if check_finite and ends is not None:
         lowest, highest = order_keys(np.array([-np.inf, np.inf], x.dtype))
         if not (lowest < ends[0] and ends[1] < highest):
@@ -450,17 +451,6 @@ def _pack_masks(masks: Sequence[np.ndarray]) -> list[np.ndarray]:
             word |= np.asarray(mask, np.uint8) << np.uint8(bit)
         words.append(word)
     return words
-
-
-def _tie_groups(same: np.ndarray) -> np.ndarray:
-    """``[N]`` tie-group number of each sorted position (``same [N-1]``: the tie flags);
-    int32 below 2**31 rows."""
-    n = same.shape[0] + 1
-    gid = np.empty(n, np.int32 if n < 1 << 31 else np.int64)
-    gid[0] = 0
-    if n > 1:
-        np.cumsum(~same, out=gid[1:])
-    return gid
 
 
 def _subset_sorted(

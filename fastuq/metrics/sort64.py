@@ -23,7 +23,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["MAX_FIX", "checked_argsort64", "packed_sort64", "radix_sort_with"]
+__all__ = ["MAX_FIX", "checked_argsort64", "packed_sort64", "radix_sort_with",
+           "tie_groups"]
 
 #: Most rows (a fraction of N) :func:`packed_sort64` re-sorts by their full keys before it
 #: gives the column up (the caller then sorts it with :func:`checked_argsort64`).
@@ -82,6 +83,15 @@ def checked_argsort64(
     return sorted_keys, [np.take(p, idx) for p in payloads]
 
 
+def tie_groups(same: np.ndarray) -> np.ndarray:
+    """``[N]`` tie-group (run) number of each sorted position (``same [N-1]``: whether a
+    position ties with the next); int32 below 2**31 rows."""
+    n = same.shape[0] + 1
+    gid = np.empty(n, np.int32 if n < 1 << 31 else np.int64)
+    gid[0] = 0
+    if n > 1:
+        np.cumsum(~same, out=gid[1:])
+    return gid
 
 
 def packed_sort64(
@@ -148,8 +158,7 @@ def _resort_runs(keys, labels, rows, ys, same, differ, n) -> bool:
     the sorted pairs ``differ`` (positions ``j`` whose full keys differ from ``j + 1``'s) by
     (full key, row), updating ``rows``, ``ys`` and ``same``; False (nothing changed) when
     they hold more than :data:`MAX_FIX` of the rows."""
-    run = np.zeros(n, np.int64)
-    np.cumsum(~same, out=run[1:])  # run number of each sorted position
+    run = tie_groups(same)  # run number of each sorted position
     bad = np.unique(run[differ])
     start = np.searchsorted(run, bad, "left")
     size = np.searchsorted(run, bad, "right") - start
