@@ -330,7 +330,7 @@ PUBLIC = {
     "fastuq.engine.registry": {"score_estimator", "score_outputs"},
     "fastuq.metrics.logistic": {"LogisticModel", "logistic_fit", "standardise"},
     "fastuq.metrics.sort64": {"MAX_FIX", "checked_argsort64", "packed_sort64",
-                              "radix_sort_with"},
+                              "radix_sort_with", "tie_groups"},
     "fastuq.selection": {"best_of_k", "select_best"},
     # fastuq bench and the timing harness the bench/ scripts share
     "fastuq.evaluation.bench": {

@@ -362,6 +362,15 @@ def test_packed_64bit_sort_is_the_stable_order(values, ulps, scale, wide, max_fi
     assert ends == (int(order_keys(x).min()), int(order_keys(x).max()))
 
 
+def test_tie_groups_number_the_runs_by_hand():
+    from fastuq.metrics.sort64 import tie_groups
+
+    # sorted scores 1, 1, 2, 2, 2, 5: same = position ties with the next
+    same = np.array([True, False, True, True, False])
+    assert tie_groups(same).tolist() == [0, 0, 1, 1, 1, 2]
+    assert tie_groups(np.zeros(0, bool)).tolist() == [0]  # one row, one group
+
+
 def test_packed_64bit_sort_resorts_runs_of_near_equal_scores(monkeypatch):
     """Consecutive float64 values beside a far one share their keys' top bits: the packed
     sort re-sorts that run by the full keys (or gives up when that is too many rows)."""
